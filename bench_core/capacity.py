@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from bench_core.config import BenchConfig, ConfigError, check_known_keys
+from bench_core.config import DEFAULT_MAX_BATCH, MAX_BATCH, BenchConfig, ConfigError, check_known_keys
 from bench_core.devices import check_runnable, is_foreign_cpu_oom
 
 Progress = Callable[[str], None]
-DEFAULT_MAX_BATCH = 4096
 # A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step.
 # Training probes include backward and the optimizer step, so their memory is representative.
 PROBE_SETTINGS = {"steps": 1, "warmup_steps": 1, "repeats": 1, "min_seconds": 0.0, "profile": False}
@@ -59,16 +58,16 @@ class BatchSearch:
         return self.batch_size is not None and self.stopped in ("bracketed", "max")
 
     def summary(self) -> str:
-        """One line, for a row's note and the sweep log."""
-        tried = len(self.probes)
+        """One line, for a row's batch_search column and the sweep log: outcome and every probe."""
+        trail = ", ".join(f"{p.batch_size} {p.status}" for p in self.probes)
         if self.stopped == "error":
-            return f"batch search stopped by an error after {tried} probes: {self.message}"
+            return f"batch search stopped by an error after {len(self.probes)} probes ({trail}): {self.message}"
         if self.stopped == "none-fit":
             return f"batch search: even batch 1 ran out of memory ({self.message})"
         edge = (f"{self.first_failed} ran out of memory" if self.first_failed
-                else f"reached the cap --max-batch-size {self.max_batch_size}")
-        margin = f", safety margin {self.safety_margin:.0%} -> {self.batch_size}" if self.safety_margin else ""
-        return f"batch search: {self.largest_ok} ran, {edge} ({tried} probes{margin})"
+                else f"reached the cap max_batch_size {self.max_batch_size}")
+        margin = f"; safety margin {self.safety_margin:.0%} -> {self.batch_size}" if self.safety_margin else ""
+        return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin})"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -93,10 +92,11 @@ class BatchSearch:
         return "\n".join(lines)
 
 
-def find_max_batch(cfg: BenchConfig, max_batch_size: int = DEFAULT_MAX_BATCH, start_batch_size: int = 1,
+def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_batch_size: int = 1,
                    safety_margin: float = 0.0, isolate: bool = False,
                    progress: Progress | None = None) -> BatchSearch:
-    """Search the largest per-device batch of `cfg` that runs (cfg.batch_size is ignored).
+    """Search the largest per-device batch of `cfg` that runs, up to `max_batch_size` (default:
+    cfg.max_batch_size); cfg.batch_size is ignored.
 
     Out of memory (CUDA OOM, CPU allocation failure) marks a batch as too large; any other
     failure stops the search (`stopped == "error"`). Assumes memory grows with batch size.
@@ -105,10 +105,10 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int = DEFAULT_MAX_BATCH, st
     probe in a fresh process instead, like a sweep's runs, at the cost of an import per probe.
     """
     from bench_core.devices import Backend, resolve_device
-    max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
+    max_batch_size = _check_int("max_batch_size", cfg.max_batch_size if max_batch_size is None else max_batch_size, 1)
     start_batch_size = _check_int("batch_size", start_batch_size, 1)
     if start_batch_size > max_batch_size:
-        raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above --max-batch-size "
+        raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above max_batch_size "
                                         f"{max_batch_size}")
     if not 0.0 <= safety_margin < 1.0:
         raise ConfigError("safety_margin", f"must be a fraction in [0, 1), got {safety_margin!r}")
@@ -252,25 +252,27 @@ def _cpu_memory_cap(device_type: str):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def run_at_max_batch(cfg: BenchConfig, max_batch_size: int = DEFAULT_MAX_BATCH, safety_margin: float = 0.0,
+def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, safety_margin: float = 0.0,
                      isolate: bool = False, progress: Progress | None = None) -> tuple[BatchSearch, list[dict]]:
-    """A sweep's `batch_size: max`: an explicit search, then the run at the size found.
+    """`batch_size: max` (run_benchmark comes here): an explicit search, then the run at the size found.
 
-    Rows say what happened: batch_size_requested 'max', batch_size_actual the size that ran,
-    and (once the schema has the column) batch_search the search's one-line summary. If
-    nothing fits or the search fails, one failure row (oom / error) and no run.
+    Rows say what happened: batch_size_requested 'max', batch_size / batch_size_actual the size
+    that ran, batch_search the search's one line (outcome and every probe), and config_hash the
+    hash of the configuration as requested (so a sweep finds it complete). If nothing fits or
+    the search fails, one failure row (oom / error) and no run.
     """
     from bench_core.runner import run_benchmark
+    cfg = cfg.replace(batch_size=MAX_BATCH)  # what was asked for, whatever batch cfg named
+    say = progress or (lambda msg: None)
     search = find_max_batch(cfg, max_batch_size=max_batch_size, safety_margin=safety_margin, isolate=isolate,
-                            progress=progress)
+                            progress=say)
+    say(search.summary())
     if search.ok:
         rows = run_benchmark(cfg.replace(batch_size=search.batch_size), progress)
     else:
         rows = [_search_failure_row(cfg, search)]
     for row in rows:
-        row["batch_size_requested"] = "max"
-        if "batch_search" in row:
-            row["batch_search"] = search.summary()
+        row.update(config_hash=cfg.config_hash(), batch_size_requested=MAX_BATCH, batch_search=search.summary())
     return search, rows
 
 
@@ -286,16 +288,17 @@ def _search_failure_row(cfg: BenchConfig, search: BatchSearch) -> dict:
 
 def add_find_batch_arguments(p: argparse.ArgumentParser) -> None:
     from bench_core.cli import add_config_arguments, add_output_arguments
-    p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size,
-then bisects. Each probe is a real run of 3 steps (train: forward, backward, optimizer step);
---steps/--repeats/--min-seconds do not apply. Any failure other than out-of-memory stops the search.
+    p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size
+(default {DEFAULT_MAX_BATCH}), then bisects. Each probe is a real run of 3 steps (train: forward,
+backward, optimizer step); --steps/--repeats/--min-seconds do not apply.
+Any failure other than out-of-memory stops the search.
 examples:
   bench find-batch --model resnet50 --mode train --precision amp-bf16 --device cuda
   bench find-batch --model resnet18 --width 64 --height 64 --device cpu --max-batch-size 512 --out outputs/capacity
-exit status: 0 found, 1 nothing fits or the search failed, 2 bad input. Default cap: {DEFAULT_MAX_BATCH}."""
+In a sweep or `bench run`, batch_size max runs this search (each probe in a fresh process), then
+the benchmark at the size found; its rows keep both sizes and the search (batch_search).
+exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
     add_config_arguments(p)
-    p.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH, metavar="N",
-                   help=f"largest batch to try (default {DEFAULT_MAX_BATCH})")
     p.add_argument("--safety-margin", type=float, default=0.0, metavar="FRACTION",
                    help="recommend this fraction less than the largest that ran, e.g. 0.1 (default 0)")
     p.add_argument("--isolate", action="store_true",
@@ -311,8 +314,8 @@ def main_find_batch(args: argparse.Namespace) -> int:
                   "does not apply to find-batch: each probe is a fixed 3-step run")
     cfg = config_from_args(args)
     check_runnable(cfg)
-    start = int(args.batch_size) if args.batch_size is not None else 1
-    search = find_max_batch(cfg, max_batch_size=args.max_batch_size, start_batch_size=start,
+    start = 1 if args.batch_size is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
+    search = find_max_batch(cfg, start_batch_size=start,
                             safety_margin=args.safety_margin, isolate=args.isolate, progress=_progress(args))
     if args.out:
         path = _write_json(Path(args.out) / "find-batch", cfg, search.to_dict())
@@ -445,6 +448,9 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
     if not 0.0 <= tolerance < 1.0:
         raise ConfigError("tolerance", f"must be a fraction in [0, 1), got {tolerance!r}")
     for cfg in (cfg_a, cfg_b):
+        if cfg.batch_size == MAX_BATCH:
+            raise ConfigError("batch_size", "compare needs a number for both variants (find the largest with "
+                                            "bench find-batch)")
         if cfg.world_size > 1:
             raise ConfigError("nproc_per_node", "compare runs both variants in one process; use nproc_per_node 1")
         if cfg.profile:

@@ -165,7 +165,8 @@ def format_rows(rows: list[dict]) -> str:
     import pandas as pd
     table = pd.DataFrame(rows)
     ok = table[table["status"] == "ok"]
-    head = (f"{rows[0]['model']} {rows[0]['mode']} {rows[0]['precision']} batch {rows[0]['batch_size']}"
+    searched = " (batch_size max: found by search)" if rows[0].get("batch_size_requested") == "max" else ""
+    head = (f"{rows[0]['model']} {rows[0]['mode']} {rows[0]['precision']} batch {rows[0]['batch_size']}{searched}"
             f" x{rows[0].get('world_size') or 1} on {rows[0].get('device_name') or rows[0]['device']}")
     if ok.empty:
         return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}" for r in rows)
@@ -187,6 +188,8 @@ def format_rows(rows: list[dict]) -> str:
     mem = rows[0].get("peak_mem_allocated_bytes") or rows[0].get("peak_rss_bytes")
     if mem:
         extras.append(f"peak memory {mem / 2**20:.0f} MiB")
+    if rows[0].get("batch_search"):
+        extras.append(rows[0]["batch_search"])
     return head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n" + \
         ", ".join(e for e in extras if e)
 

@@ -14,6 +14,8 @@ from typing import Any
 MODES = ("train", "infer")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
+DEFAULT_MAX_BATCH = 4096     # the search's default cap
 
 
 class ConfigError(ValueError):
@@ -39,7 +41,11 @@ class BenchConfig:
     mode: str = field(default="train", metadata=_opt("train or infer", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
         "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
-    batch_size: int = field(default=16, metadata=_opt("samples per device per step"))
+    batch_size: int | str = field(default=16, metadata=_opt(
+        "samples per device per step, or max: the largest that fits, found first by an explicit, recorded "
+        "search (bench find-batch; each probe in a fresh process)"))
+    max_batch_size: int = field(default=DEFAULT_MAX_BATCH, metadata=_opt(
+        "with batch_size max: the largest batch the search tries"))
     width: int | None = field(default=None, metadata=_opt("input width in px (default: the model's)"))
     height: int | None = field(default=None, metadata=_opt("input height in px (default: the model's)"))
     depth: int | None = field(default=None, metadata=_opt("input depth in voxels (3D models only)"))
@@ -89,8 +95,13 @@ class BenchConfig:
         return self.nproc_per_node * self.nnodes
 
     def config_hash(self) -> str:
-        """Stable id of what is measured (the same config always has the same hash)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        """Stable id of what is measured (the same config always has the same hash).
+
+        max_batch_size counts only with batch_size max (it changes nothing else)."""
+        values = self.to_dict()
+        if self.batch_size != MAX_BATCH:
+            values.pop("max_batch_size")
+        blob = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -139,6 +150,15 @@ def _as_float(name: str, value: Any, minimum: float = 0.0, optional: bool = Fals
     return number
 
 
+def _as_batch_size(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == MAX_BATCH:
+        return MAX_BATCH
+    try:
+        return _as_int("batch_size", value, minimum=1)
+    except ConfigError:
+        raise ConfigError("batch_size", f"must be a whole number >= 1 or max, got {value!r}") from None
+
+
 _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off"}
 
@@ -180,7 +200,8 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.device = validate_device_name(_as_str("device", cfg.device))
     cfg.rdzv_endpoint = _as_str("rdzv_endpoint", cfg.rdzv_endpoint)
 
-    cfg.batch_size = _as_int("batch_size", cfg.batch_size, minimum=1)
+    cfg.batch_size = _as_batch_size(cfg.batch_size)
+    cfg.max_batch_size = _as_int("max_batch_size", cfg.max_batch_size, minimum=1)
     cfg.steps = _as_int("steps", cfg.steps, minimum=1)
     cfg.warmup_steps = _as_int("warmup_steps", cfg.warmup_steps, minimum=0)
     cfg.repeats = _as_int("repeats", cfg.repeats, minimum=1)
@@ -196,6 +217,9 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.cudnn_benchmark = _as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
     cfg.profile = _as_bool("profile", cfg.profile)
 
+    if cfg.batch_size == MAX_BATCH and cfg.world_size > 1:
+        raise ConfigError("batch_size", f"max is searched in one process; with {cfg.world_size} processes give a "
+                                        "number (find it with bench find-batch on one device)")
     if cfg.node_rank >= cfg.nnodes:
         raise ConfigError("node_rank", f"must be < nnodes ({cfg.nnodes}), got {cfg.node_rank}")
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:

@@ -211,6 +211,7 @@ _TABLE_COLUMNS = {
     "status": "status", "repeats_ok": "repeats ok", "samples_per_s": "samples/s (median)",
     "samples_per_s_min": "min", "samples_per_s_max": "max", "step_time_ms_median": "step ms (median)",
     "step_time_cv": "CV", "first_step_ms": "first step ms", "peak_mem_mib": "peak mem MiB", "message": "message",
+    "batch_search": "batch search",
 }
 
 
@@ -230,16 +231,28 @@ def result_table(rows: list[dict]):
         statuses = sorted({r.get("status") for r in group})
         lines.append({
             "model": first.get("model"), "mode": first.get("mode"), "precision": first.get("precision"),
-            "batch_size": first.get("batch_size"), "input_shape": first.get("input_shape"),
+            "batch_size": _batch_text(first), "input_shape": first.get("input_shape"),
             "status": ", ".join(str(s) for s in statuses), "repeats_ok": f"{len(ok)}/{len(group)}",
             "samples_per_s": _median(rates), "samples_per_s_min": min(rates) if rates else None,
             "samples_per_s_max": max(rates) if rates else None, "step_time_ms_median": _median(steps),
             "step_time_cv": _median(cvs), "first_step_ms": first.get("first_step_ms"),
             "peak_mem_mib": mem / 2**20 if mem else None,
             "message": "; ".join(sorted({str(r["message"]) for r in group if r.get("message")})),
+            "batch_search": first.get("batch_search"),
         })
-    table = pd.DataFrame(lines).rename(columns=_TABLE_COLUMNS)
+    table = pd.DataFrame(lines)
+    if table["batch_search"].isna().all():
+        table = table.drop(columns="batch_search")
+    table = table.rename(columns=_TABLE_COLUMNS)
     return table.style.hide(axis="index").format(precision=1, na_rep="")
+
+
+def _batch_text(row: dict) -> str:
+    """'12', or '12 (max)' when batch_size max found it by search ('max' alone when the search failed)."""
+    size = row.get("batch_size")
+    if row.get("batch_size_requested") == "max" and size != "max":
+        return f"{size} (max)"
+    return str(size)
 
 
 def _median(values: list[float]) -> float | None:

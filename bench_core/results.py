@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: max_batch_size (batch_size may be 'max'), batch_search lists every probe
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 # (column, description). Config fields are inserted after the identity block.
@@ -25,7 +25,7 @@ _IDENTITY = [
     ("schema_version", "version of this column list"),
     ("run_id", "unique id of the run (one process running one config)"),
     ("timestamp", "UTC time the row was made, ISO 8601"),
-    ("config_hash", "hash of every config field: the same config has the same hash"),
+    ("config_hash", "hash of the config as requested (batch_size max included): the same config has the same hash"),
     ("repeat", "repeat index, 0-based"),
     ("status", "ok | oom | nan | error | unsupported | crashed | timeout | interrupted"),
     ("message", "why, when status is not ok"),
@@ -33,7 +33,7 @@ _IDENTITY = [
 _MEASURED = [
     ("batch_size_requested", "per-device batch size asked for ('max': found by an explicit search, see batch_search)"),
     ("batch_size_actual", "per-device batch size that ran"),
-    ("batch_search", "with `bench find-batch` / run_at_max_batch: the search's summary (largest that ran, first that failed, probes)"),
+    ("batch_search", "with batch_size max: the search's one line (largest that ran, first that failed, every probe)"),
     ("global_batch_size", "batch_size_actual x world_size"),
     ("world_size", "number of worker processes (devices)"),
     ("dist_backend", "nccl | gloo | empty for one process"),

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from bench_core import distributed, efficiency, environment, flops, telemetry
-from bench_core.config import BenchConfig, ConfigError
+from bench_core.config import MAX_BATCH, BenchConfig, ConfigError
 from bench_core.devices import Backend, resolve_device
 from bench_core.models import resolve_model
 from bench_core.precision import Precision, resolve_precision
@@ -30,8 +30,12 @@ def run_benchmark(cfg: BenchConfig, progress: Progress | None = None) -> list[di
     """Run one configuration; return one row per repeat (or one row saying why not).
 
     With nproc_per_node > 1 (or nnodes > 1) and no process group yet, this launches torchrun
-    workers and returns the combined rows that rank 0 wrote.
+    workers and returns the combined rows that rank 0 wrote. With batch_size max, an explicit
+    search (capacity.find_max_batch, each probe in a fresh process) comes first.
     """
+    if cfg.batch_size == MAX_BATCH:
+        from bench_core.capacity import run_at_max_batch
+        return run_at_max_batch(cfg, isolate=True, progress=progress)[1]
     if cfg.world_size > 1 and not distributed.in_worker():
         try:
             return distributed.launch(cfg, progress=progress)

@@ -121,6 +121,8 @@ def _read_csv(path: Path, notes: list[str]) -> pd.DataFrame | None:
 
 def _typed(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
+    # batch_size max (an explicit search) is text in a numeric column: keep the fact before coercing.
+    rows["batch_searched"] = rows["batch_size_requested"].astype(str).str.strip().str.lower() == "max"
     for name in NUMERIC:
         rows[name] = pd.to_numeric(rows[name], errors="coerce")
     rows["status"] = rows["status"].fillna("unknown").astype(str).str.strip().str.lower().replace("", "unknown")
@@ -311,8 +313,10 @@ def noise_table(res: Results) -> pd.DataFrame:
 def failures_table(res: Results) -> pd.DataFrame:
     """Every row whose status is not ok, with its message."""
     rows = res.rows[res.rows["status"] != "ok"]
-    return rows[["machine", "model", "mode", "precision", "batch_size", "repeat", "status", "message", "run_id",
-                 "result_dir"]]
+    # A failed batch_size max search has no size: say 'max' rather than leave the cell empty.
+    batch = rows["batch_size"].astype(object).where(rows["batch_size"].notna() | ~rows["batch_searched"], "max")
+    return rows.assign(batch_size=batch)[["machine", "model", "mode", "precision", "batch_size", "repeat", "status",
+                                          "message", "run_id", "result_dir"]]
 
 
 def environment_table(res: Results) -> pd.DataFrame:
@@ -571,6 +575,9 @@ def show_headline(res: Results) -> None:
                "IQR of repeats": "IQR of repeats", "step_time_ms": "step ms (median)", "mpx_per_s": "MPx/s",
                "mvox_per_s": "MVox/s", "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}
     show_table(_drop_constant(table, columns, keep=("model", "mode", "precision", "batch_size")), columns)
+    searched = res.rows[(res.rows["status"] == "ok") & res.rows["batch_searched"]]
+    for _, row in searched.drop_duplicates(["machine", "config"]).iterrows():
+        note(f"{row['config']} on {row['machine']}: batch_size max, {row.get('batch_search') or 'found by search'}")
     failed = res.rows[res.rows["status"] != "ok"]["config"].nunique()
     if failed:
         note(f"{failed} configuration(s) have rows that did not succeed: see Failures.")

@@ -255,10 +255,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     model: [resnet50, mobilenet_v3_large]   # a list of such mappings runs the union of their grids
     precision: [fp32, amp-bf16]
     mode: [train, infer]
-    batch_size: [16]
+    batch_size: [16, max]    # max: the largest batch that fits, found by a search recorded in the rows
   settings:                  # shared by all configurations (any BenchConfig field)
     width: 64
     height: 64
+    max_batch_size: 256      # cap of that search
 
 examples:
   bench sweep params/cpu-quick.yaml                 # writes outputs/cpu-quick/{results.csv,report.html}

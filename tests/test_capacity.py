@@ -138,6 +138,9 @@ def test_batch_size_max_is_an_explicit_search_and_rows_keep_requested_and_actual
     search, rows = run_at_max_batch(cfg, max_batch_size=4)
     assert search.stopped == "max" and [p.batch_size for p in search.probes] == [1, 2, 4]
     assert [(r["status"], r["batch_size_requested"], r["batch_size_actual"]) for r in rows] == [("ok", "max", 4)] * 2
+    # The rows belong to the configuration as asked for (batch max), and carry the whole search.
+    assert {r["config_hash"] for r in rows} == {cfg.replace(batch_size="max").config_hash()}
+    assert rows[0]["batch_search"] == "batch search: 4 ran, reached the cap max_batch_size 4 (probes: 1 ok, 2 ok, 4 ok)"
     # Nothing fits (here: an error at batch 1): one failure row, no run.
     _, rows = run_at_max_batch(BenchConfig(model="resnet18", width=32, height=32, device="cpu"), max_batch_size=4)
     assert [(r["status"], r["batch_size_requested"], r["batch_size_actual"]) for r in rows] == [("error", "max", None)]

@@ -52,6 +52,8 @@ def test_a_failed_run_exits_non_zero_with_its_row(tmp_path):
     (["--precision", "tf32"], "precision"),          # impossible on this CPU
     (["--batch-size", "0"], "batch_size"),
     (["--batch-size", "two"], "batch_size"),
+    (["--batch-size", "max", "--nproc-per-node", "2"], "batch_size"),  # the search is one process
+    (["--batch-size", "max", "--max-batch-size", "0"], "max_batch_size"),
     (["--device", "cuda:3"], "device"),               # more devices than exist
     (["--device", "tpu"], "device"),
     (["--nproc-per-node", "999"], "nproc_per_node"),  # more processes than devices

@@ -160,3 +160,13 @@ def test_config_from_dict_refuses_unknown_keys():
 def test_same_config_same_hash():
     assert tiny().config_hash() == tiny().config_hash()
     assert tiny().config_hash() != tiny(batch_size=4).config_hash()
+
+
+def test_batch_size_max_is_a_config_value_and_its_cap_counts_only_with_it():
+    assert tiny(batch_size=" MAX ").batch_size == "max"
+    with pytest.raises(ConfigError, match=r"^batch_size: must be a whole number >= 1 or max, got 'most'$"):
+        tiny(batch_size="most")
+    # max_batch_size changes nothing for a numeric batch, so it does not change its hash
+    # (rows measured before the field existed stay complete); with max it is part of what is run.
+    assert tiny(max_batch_size=8).config_hash() == tiny().config_hash()
+    assert tiny(batch_size="max", max_batch_size=8).config_hash() != tiny(batch_size="max").config_hash()

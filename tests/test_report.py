@@ -243,6 +243,21 @@ def test_tables_from_rows(dirs):
     assert sorted(failures["status"]) == ["error", "nan", "oom"]
 
 
+def test_report_shows_a_batch_size_max_search_and_its_failure(tmp_path):
+    from bench_core.capacity import run_at_max_batch
+    out = tmp_path / "max"
+    _, found = run_at_max_batch(BenchConfig(**{**TINY, "mode": "infer", "batch_size": "max", "max_batch_size": 2}))
+    # resnet18 cannot train on batch 1 at 32 px (BatchNorm sees one value per channel): the search fails.
+    _, failed = run_at_max_batch(BenchConfig(**{**TINY, "mode": "train", "batch_size": "max", "max_batch_size": 2}))
+    for rows in (found, failed):
+        results.write_run(out, rows[0]["run_id"], rows)
+    failures = summary.failures_table(summary.load_results([out]))
+    assert failures[["status", "batch_size"]].values.tolist() == [["error", "max"]]
+    html = build_report([out], out / "report.html").read_text()
+    assert "batch_size max, batch search: 2 ran, reached the cap max_batch_size 2 (probes: 1 ok, 2 ok)" in html
+    assert "batch search stopped by an error after 1 probes (1 error)" in html
+
+
 def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():
     import pandas as pd
     curve = pd.DataFrame({"machine": "m", "model": "r", "mode": "train", "precision": "fp32", "input_shape": "3x8x8",

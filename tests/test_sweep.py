@@ -104,6 +104,9 @@ BAD_FILES = {
     "code in a model name": ("name: x\nsettings:\n  model: 'resnet18\"; import os; os.system(\"touch pwned\") #'\n",
                              "model"),
     "absent device": ("name: x\nsettings:\n  device: cuda:7\n", "device"),
+    "batch word": ("name: x\ngrid:\n  batch_size: [16, biggest]\nsettings:\n  device: cpu\n", "batch_size"),
+    "max over processes": ("name: x\ngrid:\n  batch_size: [max]\nsettings:\n  device: cpu\n  nproc_per_node: 2\n",
+                           "batch_size"),
 }
 
 
@@ -118,6 +121,29 @@ def test_bad_sweep_file_is_refused_before_anything_runs(case, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and err.startswith(f"bench sweep: error: {key}"), err
     assert not out.exists()
     assert not (tmp_path / "pwned").exists() and not (ROOT / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_batch_size_max_is_a_recorded_search_then_a_run(tmp_path):
+    # resnet18 inference at 32 px, searched up to 4: probes 1, 2, 4 (each in a fresh process), then
+    # the run at 4; batch 2 beside it shares the papermill execution.
+    path = write_sweep(tmp_path, "max", {"batch_size": ["max", 2]}, mode="infer", max_batch_size=4)
+    out = tmp_path / "out"
+    done = bench("sweep", str(path), "--out", str(out), "--no-report")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = run_rows(out).set_index("batch_size_requested")
+    assert set(rows.index) == {"max", "2"} and (rows["status"] == "ok").all()
+    searched = rows.loc["max"]
+    assert (searched["batch_size"], searched["batch_size_actual"], searched["global_batch_size"]) == (4, 4, 4)
+    assert searched["batch_search"] == "batch search: 4 ran, reached the cap max_batch_size 4 (probes: 1 ok, 2 ok, 4 ok)"
+    assert set(rows["config_hash"]) == {cfg.config_hash() for cfg in load_sweep(path).configs}
+    nb = nbformat.read(next(out.glob("runs/*/benchmark.ipynb")), as_version=4)
+    shown = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/html", ""))
+                    for c in nb.cells for o in c.get("outputs", []))
+    assert "find-batch: batch 4: ok" in shown and "4 (max)" in shown and "probes: 1 ok, 2 ok, 4 ok" in shown
+    # The configuration as requested (max) is complete: a re-run searches nothing.
+    again = bench("sweep", str(path), "--out", str(out), "--no-report")
+    assert again.returncode == 0 and "0 complete, 2 skipped" in again.stdout
 
 
 def test_shipped_sweep_files_are_valid():
