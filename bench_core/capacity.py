@@ -43,10 +43,10 @@ class BatchSearch:
     batch that ran and the first that failed."""
     config: dict
     max_batch_size: int
-    safety_margin: float
+    batch_margin: float
     largest_ok: int | None = None      # largest batch that ran
     first_failed: int | None = None    # smallest batch that ran out of memory
-    batch_size: int | None = None      # what to run: largest_ok less the safety margin
+    batch_size: int | None = None      # what to run: largest_ok, less batch_margin if out of memory bounded it
     stopped: str = ""                  # bracketed (found the edge) | max (cap reached) | none-fit | error
     message: str | None = None
     memory_limit_bytes: int | None = None  # CPU: address-space cap during the search
@@ -66,7 +66,7 @@ class BatchSearch:
             return f"batch search: even batch 1 ran out of memory ({self.message})"
         edge = (f"{self.first_failed} ran out of memory" if self.first_failed
                 else f"reached the cap max_batch_size {self.max_batch_size}")
-        margin = f"; safety margin {self.safety_margin:.0%} -> {self.batch_size}" if self.safety_margin else ""
+        margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok else ""
         return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin})"
 
     def to_dict(self) -> dict:
@@ -93,10 +93,14 @@ class BatchSearch:
 
 
 def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_batch_size: int = 1,
-                   safety_margin: float = 0.0, isolate: bool = False,
-                   progress: Progress | None = None) -> BatchSearch:
+                   isolate: bool = False, progress: Progress | None = None) -> BatchSearch:
     """Search the largest per-device batch of `cfg` that runs, up to `max_batch_size` (default:
     cfg.max_batch_size); cfg.batch_size is ignored.
+
+    When an out-of-memory bounds the search, the size to run is cfg.batch_margin below the
+    largest that ran (a probe is 3 steps in a fresh state; a benchmark runs longer, beside
+    what its process already holds), and bisection stops once the bracket is finer than half
+    that margin: probing closer to an edge the run stays away from buys nothing.
 
     Out of memory (CUDA OOM, CPU allocation failure) marks a batch as too large; any other
     failure stops the search (`stopped == "error"`). Assumes memory grows with batch size.
@@ -110,13 +114,11 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
     if start_batch_size > max_batch_size:
         raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above max_batch_size "
                                         f"{max_batch_size}")
-    if not 0.0 <= safety_margin < 1.0:
-        raise ConfigError("safety_margin", f"must be a fraction in [0, 1), got {safety_margin!r}")
     if cfg.world_size > 1:
         raise ConfigError("nproc_per_node", "find-batch searches the per-device batch in one process; "
                                             "run it with nproc_per_node 1 and nnodes 1")
     say = progress or (lambda msg: None)
-    search = BatchSearch(config=cfg.to_dict(), max_batch_size=max_batch_size, safety_margin=safety_margin,
+    search = BatchSearch(config=cfg.to_dict(), max_batch_size=max_batch_size, batch_margin=cfg.batch_margin,
                          isolated=isolate)
     device = resolve_device(cfg.device)
 
@@ -152,7 +154,8 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
                 if batch >= max_batch_size:
                     break
                 batch = min(batch * 2, max_batch_size)
-            while first_bad is not None and first_bad - last_ok > 1:  # bisect
+            # bisect, until the bracket is finer than half the margin (exact with batch_margin 0)
+            while first_bad is not None and first_bad - last_ok > max(1, int(last_ok * cfg.batch_margin / 2)):
                 middle = (last_ok + first_bad) // 2
                 if ran(middle):
                     last_ok = middle
@@ -170,7 +173,7 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         search.message = next(p.message for p in search.probes if p.batch_size == 1)
         return search
     search.stopped = "bracketed" if first_bad else "max"
-    search.batch_size = max(1, math.floor(last_ok * (1.0 - safety_margin)))
+    search.batch_size = max(1, math.floor(last_ok * (1.0 - cfg.batch_margin))) if first_bad else last_ok
     return search
 
 
@@ -202,25 +205,50 @@ def probe_row(cfg: BenchConfig) -> dict:
     return {k: row[k] for k in ("status", "message", "device_type", "step_time_ms_median")}
 
 
-_CHILD = ("import json, sys\nfrom bench_core.capacity import probe_row\nfrom bench_core.config import BenchConfig\n"
-          "print('PROBE ' + json.dumps(probe_row(BenchConfig.from_dict(json.loads(sys.argv[1])))))")
-
-
 def _probe_in_child(cfg: BenchConfig) -> dict:
     """The probe in a fresh Python process; a process killed by the kernel counts as out of memory."""
+    row, status, why = in_fresh_process("probe", cfg)
+    if row is not None:
+        return row
+    device_type = "cuda" if cfg.device.startswith("cuda") else cfg.device
+    return {"status": status, "message": why, "device_type": device_type, "step_time_ms_median": None}
+
+
+_CHILD = "import sys\nfrom bench_core.capacity import _child_main\n_child_main(*sys.argv[1:])"
+
+
+def _child_main(kind: str, config_json: str, result_path: str) -> None:
+    """In the fresh process: a probe (the columns the search needs) or a whole run (its rows)."""
+    from bench_core.runner import run_benchmark
+    cfg = BenchConfig.from_dict(json.loads(config_json))
+    result = probe_row(cfg) if kind == "probe" else run_benchmark(cfg, progress=lambda msg: print(msg, flush=True))
+    Path(result_path).write_text(json.dumps(result, default=str))
+
+
+def in_fresh_process(kind: str, cfg: BenchConfig, progress: Progress | None = None):
+    """A probe ('probe') or a benchmark ('run') of `cfg` in a fresh Python process, so it meets the
+    memory a fresh process has: -> (result, None, None), or (None, status, why) if the process
+    died. Killed by SIGKILL (the kernel's OOM killer) is `oom`. Its output lines go to `progress`."""
+    import collections
     import signal
     import subprocess
-    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cfg.to_dict())], capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("PROBE "):
-            return json.loads(line[len("PROBE "):])
-    device_type = "cuda" if cfg.device.startswith("cuda") else cfg.device
-    if proc.returncode == -signal.SIGKILL:
-        return {"status": "oom", "message": "probe process killed (SIGKILL, e.g. by the kernel's OOM killer)",
-                "device_type": device_type, "step_time_ms_median": None}
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"status": "error", "message": f"probe process exited with {proc.returncode}: {last}",
-            "device_type": device_type, "step_time_ms_median": None}
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="bench-child-") as folder:
+        result_path = Path(folder) / "result.json"
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, kind, json.dumps(cfg.to_dict()), str(result_path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        last = collections.deque(["no output"], maxlen=1)
+        for line in proc.stdout:
+            if line.strip():
+                last.append(line.strip())
+                if progress:
+                    progress(line.rstrip())
+        code = proc.wait()
+        if code == 0 and result_path.is_file():
+            return json.loads(result_path.read_text()), None, None
+    if code == -signal.SIGKILL:
+        return None, "oom", f"{kind} process killed (SIGKILL, e.g. by the kernel's OOM killer)"
+    return None, "error", f"{kind} process exited with {code}: {last[0]}"
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -252,9 +280,10 @@ def _cpu_memory_cap(device_type: str):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, safety_margin: float = 0.0,
-                     isolate: bool = False, progress: Progress | None = None) -> tuple[BatchSearch, list[dict]]:
-    """`batch_size: max` (run_benchmark comes here): an explicit search, then the run at the size found.
+def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolate: bool = False, progress: Progress | None = None) -> tuple[BatchSearch, list[dict]]:
+    """`batch_size: max` (run_benchmark comes here): an explicit search, then the run at the size found
+    -- with `isolate`, in a fresh process too, like the probes: the same memory, not what this
+    process holds after earlier configurations.
 
     Rows say what happened: batch_size_requested 'max', batch_size / batch_size_actual the size
     that ran, batch_search the search's one line (outcome and every probe), and config_hash the
@@ -264,32 +293,36 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, safety
     from bench_core.runner import run_benchmark
     cfg = cfg.replace(batch_size=MAX_BATCH)  # what was asked for, whatever batch cfg named
     say = progress or (lambda msg: None)
-    search = find_max_batch(cfg, max_batch_size=max_batch_size, safety_margin=safety_margin, isolate=isolate,
-                            progress=say)
+    search = find_max_batch(cfg, max_batch_size=max_batch_size, isolate=isolate, progress=say)
     say(search.summary())
-    if search.ok:
-        rows = run_benchmark(cfg.replace(batch_size=search.batch_size), progress)
+    if not search.ok:
+        rows = [_failure(cfg, "oom" if search.stopped == "none-fit" else "error", search.summary())]
+    elif isolate:
+        found = cfg.replace(batch_size=search.batch_size)
+        rows, status, why = in_fresh_process("run", found, progress)
+        rows = rows or [_failure(found, status, why)]
     else:
-        rows = [_search_failure_row(cfg, search)]
+        rows = run_benchmark(cfg.replace(batch_size=search.batch_size), progress)
     for row in rows:
         row.update(config_hash=cfg.config_hash(), batch_size_requested=MAX_BATCH, batch_search=search.summary())
     return search, rows
 
 
-def _search_failure_row(cfg: BenchConfig, search: BatchSearch) -> dict:
+def _failure(cfg: BenchConfig, status: str, message: str) -> dict:
     from bench_core import environment
     from bench_core.devices import resolve_device
     from bench_core.runner import _failure_row, _run_id
     run = {"run_id": _run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(), "data": "synthetic",
            **environment.collect(resolve_device(cfg.device))}
-    status = "oom" if search.stopped == "none-fit" else "error"
-    return _failure_row(run, status, search.summary())
+    return _failure_row(run, status, message)
 
 
 def add_find_batch_arguments(p: argparse.ArgumentParser) -> None:
     from bench_core.cli import add_config_arguments, add_output_arguments
     p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size
-(default {DEFAULT_MAX_BATCH}), then bisects. Each probe is a real run of 3 steps (train: forward,
+(default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
+--batch-margin (default 10%) below the largest that ran, and bisection stops at half that margin;
+--batch-margin 0 gives the exact edge. Each probe is a real run of 3 steps (train: forward,
 backward, optimizer step); --steps/--repeats/--min-seconds do not apply.
 Any failure other than out-of-memory stops the search.
 examples:
@@ -299,8 +332,6 @@ In a sweep or `bench run`, batch_size max runs this search (each probe in a fres
 the benchmark at the size found; its rows keep both sizes and the search (batch_search).
 exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
     add_config_arguments(p)
-    p.add_argument("--safety-margin", type=float, default=0.0, metavar="FRACTION",
-                   help="recommend this fraction less than the largest that ran, e.g. 0.1 (default 0)")
     p.add_argument("--isolate", action="store_true",
                    help="run each probe in a fresh process (an import per probe; exact for runs in fresh "
                         "processes, e.g. sweeps; in-process CPU probes can come out low near the limit)")
@@ -315,8 +346,7 @@ def main_find_batch(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_runnable(cfg)
     start = 1 if args.batch_size is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
-    search = find_max_batch(cfg, start_batch_size=start,
-                            safety_margin=args.safety_margin, isolate=args.isolate, progress=_progress(args))
+    search = find_max_batch(cfg, start_batch_size=start, isolate=args.isolate, progress=_progress(args))
     if args.out:
         path = _write_json(Path(args.out) / "find-batch", cfg, search.to_dict())
         _note(args, f"search written to {path}")

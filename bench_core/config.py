@@ -16,6 +16,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
 DEFAULT_MAX_BATCH = 4096     # the search's default cap
+SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
 
 
 class ConfigError(ValueError):
@@ -46,6 +47,9 @@ class BenchConfig:
         "search (bench find-batch; each probe in a fresh process)"))
     max_batch_size: int = field(default=DEFAULT_MAX_BATCH, metadata=_opt(
         "with batch_size max: the largest batch the search tries"))
+    batch_margin: float = field(default=0.1, metadata=_opt(
+        "with batch_size max (and find-batch): when out of memory bounded the search, run this fraction below "
+        "the largest batch that ran -- headroom for the longer run (0: at the edge)"))
     width: int | None = field(default=None, metadata=_opt("input width in px (default: the model's)"))
     height: int | None = field(default=None, metadata=_opt("input height in px (default: the model's)"))
     depth: int | None = field(default=None, metadata=_opt("input depth in voxels (3D models only)"))
@@ -97,10 +101,11 @@ class BenchConfig:
     def config_hash(self) -> str:
         """Stable id of what is measured (the same config always has the same hash).
 
-        max_batch_size counts only with batch_size max (it changes nothing else)."""
+        The search's settings count only with batch_size max (they change nothing else)."""
         values = self.to_dict()
         if self.batch_size != MAX_BATCH:
-            values.pop("max_batch_size")
+            for name in SEARCH_FIELDS:
+                values.pop(name)
         blob = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -202,6 +207,9 @@ def _validate(cfg: BenchConfig) -> None:
 
     cfg.batch_size = _as_batch_size(cfg.batch_size)
     cfg.max_batch_size = _as_int("max_batch_size", cfg.max_batch_size, minimum=1)
+    cfg.batch_margin = _as_float("batch_margin", cfg.batch_margin)
+    if cfg.batch_margin >= 1:
+        raise ConfigError("batch_margin", f"must be a fraction in [0, 1), got {cfg.batch_margin!r}")
     cfg.steps = _as_int("steps", cfg.steps, minimum=1)
     cfg.warmup_steps = _as_int("warmup_steps", cfg.warmup_steps, minimum=0)
     cfg.repeats = _as_int("repeats", cfg.repeats, minimum=1)

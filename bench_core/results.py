@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-SCHEMA_VERSION = 2  # 2: max_batch_size (batch_size may be 'max'), batch_search lists every probe
+SCHEMA_VERSION = 2  # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 # (column, description). Config fields are inserted after the identity block.

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import textwrap
 
+import psutil
 import pytest
 import torch
 
@@ -45,6 +47,18 @@ class RestlessCNN(TinyCNN):
         return out * 2 if self.tag.endswith("7") else out
 
 
+class HungryCNN(TinyCNN):
+    """Reserves, without touching, a block per sample: under find-batch's address-space cap a batch
+    of roughly a thousand really fails to allocate, at once and without using RAM."""
+    chunk = max(psutil.virtual_memory().available // 1000, 1 << 20)
+
+    def forward(self, x):
+        reserved = torch.empty(x.shape[0] * self.chunk, dtype=torch.uint8)
+        del reserved
+        return super().forward(x)
+
+
+register_model(ModelSpec("test_hungry_cnn", "classification", lambda cfg: HungryCNN(), default_size=(32, 32, None)))
 register_model(ModelSpec("test_tiny_cnn", "classification", lambda cfg: TinyCNN(), default_size=(32, 32, None)))
 register_model(ModelSpec("test_restless_cnn", "classification", lambda cfg: RestlessCNN(),
                          default_size=(32, 32, None)))
@@ -100,8 +114,8 @@ def test_find_batch_under_a_memory_cap_finds_the_edge_and_leaves_the_process_usa
     largest, first_failed = search["largest_ok"], search["first_failed"]
 
     assert search["stopped"] == "bracketed", search
-    assert 2 <= largest < 16 and first_failed == largest + 1
-    assert search["batch_size"] == largest
+    assert 2 <= largest < 16 and first_failed == largest + 1  # exact: below 20, half the margin is < 1
+    assert search["batch_size"] == max(1, math.floor(largest * 0.9))  # batch_margin 0.1 below the edge
     assert search["memory_limit_bytes"] == out["cap"]  # the tighter cap of the caller is kept
     for probe in search["probes"]:  # memory grows with batch: one edge, every probe on its side
         assert probe["status"] == ("ok" if probe["batch_size"] <= largest else "oom"), probe
@@ -109,6 +123,20 @@ def test_find_batch_under_a_memory_cap_finds_the_edge_and_leaves_the_process_usa
     assert oom and all("allocate memory" in p["message"] for p in oom)
     assert out["again"] == {str(largest): "ok", str(first_failed): "oom"}
     assert out["normal_run"] == ["ok", "ok"]
+
+
+def test_the_size_to_run_keeps_the_margin_and_bisection_stops_at_half_of_it():
+    cfg = BenchConfig(model="test_hungry_cnn", mode="infer", device="cpu", max_batch_size=1 << 16)
+    search = find_max_batch(cfg)  # batch_margin 0.1 by default
+    largest, failed = search.largest_ok, search.first_failed
+    assert search.stopped == "bracketed" and largest >= 128 and failed, search.summary()
+    assert failed - largest <= max(1, int(largest * 0.05))
+    assert search.batch_size == math.floor(largest * 0.9) and "batch_margin 10%" in search.summary()
+    for probe in search.probes:  # one edge, every probe on its side
+        assert probe.status == ("ok" if probe.batch_size <= largest else "oom"), probe
+    exact = find_max_batch(cfg.replace(batch_margin=0))
+    assert exact.first_failed == exact.largest_ok + 1 and exact.batch_size == exact.largest_ok
+    assert len(exact.probes) > len(search.probes)
 
 
 @pytest.mark.parametrize("isolate", [[], ["--isolate"]], ids=["in-process", "isolated"])
@@ -150,7 +178,7 @@ def test_batch_size_max_is_an_explicit_search_and_rows_keep_requested_and_actual
 @pytest.mark.parametrize("argv", [
     ["find-batch", "--max-batch-size", "0"],
     ["find-batch", "--repeats", "3"],
-    ["find-batch", "--safety-margin", "1.5"],
+    ["find-batch", "--batch-margin", "1.5"],
     ["compare", "--a", "compile"],
     ["compare", "--b", "compil=default"],
     ["compare", "--a", "nproc_per_node=2"],
