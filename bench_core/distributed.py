@@ -590,4 +590,11 @@ if __name__ == "__main__":
     # Run through the imported module, not this __main__ copy: runner.py calls
     # bench_core.distributed.wrap/slowest, whose state must be the one the worker reads.
     from bench_core import distributed
-    sys.exit(distributed.worker_main())
+    code = distributed.worker_main()
+    # Everything is written (rows and error files atomically, before this line). Leave without
+    # C++ static destructors: at interpreter exit, torch's gloo/c10d teardown sometimes aborts
+    # ("terminate called without an active exception", SIGABRT, no Python frame: seen here in
+    # 2 of 16 two-node runs on a loaded CPU), which turned a finished run into a crashed rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
