@@ -1,6 +1,9 @@
 # notebook-bench on a CUDA PyTorch base image.
 #
 # Base: PyTorch 2.9.1, CUDA 12.8, cuDNN 9, Python 3.11 (conda in /opt/conda), Ubuntu 22.04.
+# C compiler: gcc, installed from Ubuntu's apt below. The -runtime base ships none, and Triton
+# (torch.compile on a GPU) compiles its launcher with the system C compiler at run time, so
+# without it every `compile != off` run fails; the -devel base would bring one at several GB more.
 # Host needs: NVIDIA driver >= 570.26 (CUDA 12.8; Blackwell GPUs need it). Older drivers from
 # 525.60.13 run it through CUDA minor-version compatibility on pre-Blackwell GPUs. The host
 # also needs the NVIDIA Container Toolkit for `--gpus all`.
@@ -39,6 +42,12 @@ RUN (getent group "${BENCH_GID}" >/dev/null || groupadd --gid "${BENCH_GID}" ben
  && chown "${BENCH_UID}:${BENCH_GID}" /workdir /workdir/outputs
 
 WORKDIR /workdir
+
+# gcc (+ libc headers) for Triton's run-time compile step; Python's headers come with conda.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* \
+ && gcc --version
 
 # The project, editable (-e): `bench sweep` and `bench report` find notebooks/ beside the
 # bench_core package, so the package must stay in /workdir rather than go to site-packages.

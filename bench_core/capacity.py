@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from bench_core.config import DEFAULT_MAX_BATCH, MAX_BATCH, BenchConfig, ConfigError, check_known_keys
+from bench_core.config import (DEFAULT_MAX_BATCH, MAX_BATCH, MIN_COMPILE_WARMUP_STEPS, BenchConfig, ConfigError,
+                               check_known_keys)
 from bench_core.devices import check_runnable, is_foreign_cpu_oom
 
 Progress = Callable[[str], None]
-# A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step.
+# A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step
+# (with compile, MIN_COMPILE_WARMUP_STEPS warm-up steps: config refuses fewer).
 # Training probes include backward and the optimizer step, so their memory is representative.
 PROBE_SETTINGS = {"steps": 1, "warmup_steps": 1, "repeats": 1, "min_seconds": 0.0, "profile": False}
 RAN = ("ok", "nan")  # a NaN loss still ran: it is a numerics problem, not a capacity one
@@ -164,7 +166,8 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         except _SearchError as exc:
             search.stopped, search.message = "error", str(exc)
         finally:
-            Backend.for_device(device).release_memory()
+            if not isolate:  # isolated probes left nothing here (and this process holds no CUDA context)
+                Backend.for_device(device).release_memory()
     search.largest_ok, search.first_failed = last_ok or None, first_bad
     if search.stopped == "error":
         return search
@@ -183,7 +186,10 @@ class _SearchError(Exception):
 
 def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: bool = False) -> BatchProbe:
     """One real, short run at `batch_size`; the runner turns OOM into a row and frees memory."""
-    probe_cfg = cfg.replace(batch_size=batch_size, **PROBE_SETTINGS)
+    settings = dict(PROBE_SETTINGS)
+    if cfg.compile != "off":  # compiled probes warm up as a compiled run must (CUDA-graph pools included)
+        settings["warmup_steps"] = MIN_COMPILE_WARMUP_STEPS
+    probe_cfg = cfg.replace(batch_size=batch_size, **settings)
     start = time.perf_counter()
     row = _probe_in_child(probe_cfg) if isolate else probe_row(probe_cfg)
     # An OOM outside torch's allocator may leave oneDNN failing in this process: a health check follows.
@@ -323,7 +329,8 @@ def add_find_batch_arguments(p: argparse.ArgumentParser) -> None:
 (default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
 --batch-margin (default 10%) below the largest that ran, and bisection stops at half that margin;
 --batch-margin 0 gives the exact edge. Each probe is a real run of 3 steps (train: forward,
-backward, optimizer step); --steps/--repeats/--min-seconds do not apply.
+backward, optimizer step; with --compile, 3 warm-up steps before the timed one); --steps/--repeats/
+--min-seconds do not apply.
 Any failure other than out-of-memory stops the search.
 examples:
   bench find-batch --model resnet50 --mode train --precision amp-bf16 --device cuda

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import json
 import sys
+import warnings
 
 from bench_core import __version__
 from bench_core.config import BenchConfig, ConfigError
@@ -20,13 +21,14 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 COMMANDS = {
     "run": ("bench_core.cli", "run one benchmark configuration (train or infer) and print its rows"),
     "models": ("bench_core.cli", "list every model: name, task, default input, notes"),
-    "sysinfo": ("bench_core.cli", "print the environment fingerprint as JSON"),
+    "sysinfo": ("bench_core.cli", "print the environment fingerprint and which precisions run natively"),
     "sweep": ("bench_core.sweep", "run a params/*.yaml sweep through the notebook template (papermill)"),
     "report": ("bench_core.report", "render the summary notebook and HTML report of result directories"),
     "slurm": ("bench_core.slurm", "submit a sweep or run to SLURM through submitit"),
     "peak": ("bench_core.flops", "measure this CPU's peak FLOP/s per precision (for MFU), cached per machine"),
     "find-batch": ("bench_core.capacity", "find the largest per-device batch size that fits"),
     "compare": ("bench_core.capacity", "run two variants interleaved (A B A B) and give a verdict"),
+    "selftest": ("bench_core.selftest", "check this machine's GPU (or CPU) paths with tiny runs: a pass/fail checklist"),
 }
 
 EXAMPLES = """examples:
@@ -212,14 +214,44 @@ def main_models(args: argparse.Namespace) -> int:
 
 
 def add_sysinfo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="also describe this device (auto, cpu, cuda:N)")
+    p.epilog = """The precision table says, per precision, whether this device runs it natively (hardware
+instructions or tensor cores), emulated (it runs, slowly; rows are marked) or not at all, and why.
+On a CPU, ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 shows what an AVX2-only CPU would get."""
+    p.add_argument("--device", default="auto", help="also describe this device: auto, cpu, cuda, cuda:N, mps "
+                   "(default: auto)")
+    p.add_argument("--json", action="store_true", help="print as JSON: the fingerprint plus a 'precisions' list")
 
 
 def main_sysinfo(args: argparse.Namespace) -> int:
     from bench_core import environment
+    from bench_core.capability import capability_table
     from bench_core.devices import resolve_device, validate_device_name
-    print(json.dumps(environment.collect(resolve_device(validate_device_name(args.device))), indent=1))
+    device = resolve_device(validate_device_name(args.device))
+    info = environment.collect(device)
+    table = capability_table(device)
+    if args.json:
+        print(json.dumps({**info, "precisions": table}, indent=1, default=str))
+        return EXIT_OK
+    width = max(len(k) for k in info)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in info.items() if v not in (None, "")))
+    print(f"\nprecisions on {device}:")
+    for line in table:
+        colour = {"native": "green", "emulated": "yellow"}.get(line["support"], "red")
+        level = paint(f"{line['support']:<11}", colour)
+        print(f"  {line['precision']:<9} {level} {line['reason']}")
     return EXIT_OK
+
+
+def _one_line(command: str, default):
+    """Our own warnings (an emulated precision) as one line on stderr, like the errors."""
+    from bench_core.precision import EmulatedPrecisionWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, EmulatedPrecisionWarning):
+            print(paint(f"bench {command}: warning: {message}", "yellow", sys.stderr), file=sys.stderr, flush=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+    return show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return args.handler(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line(args.command, warnings.showwarning)
+            return args.handler(args)
     except ConfigError as exc:
         print(f"bench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -29,6 +29,12 @@ class ConfigError(ValueError):
         super().__init__(f"{self.field}: {problem}")
 
 
+# With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
+# calls: with fewer warm-up steps that lands in the timed window, and in DDP agree_steps would
+# estimate the step time from a compile step.
+MIN_COMPILE_WARMUP_STEPS = 3
+
+
 def _opt(help_text: str, **extra) -> dict:
     return {"help": help_text, **extra}
 
@@ -55,7 +61,8 @@ class BenchConfig:
     depth: int | None = field(default=None, metadata=_opt("input depth in voxels (3D models only)"))
     steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
     min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
-    warmup_steps: int = field(default=5, metadata=_opt("untimed steps before the first repeat"))
+    warmup_steps: int = field(default=5, metadata=_opt(
+        f"untimed steps before the first repeat (at least {MIN_COMPILE_WARMUP_STEPS} with compile)"))
     repeats: int = field(default=3, metadata=_opt("timed repeats; each is one result row"))
     device: str = field(default="auto", metadata=_opt("auto, cpu, cuda, cuda:N or mps"))
     channels_last: bool = field(default=False, metadata=_opt("use channels_last memory format (2D models)"))
@@ -225,6 +232,10 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.cudnn_benchmark = _as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
     cfg.profile = _as_bool("profile", cfg.profile)
 
+    if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:
+        raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
+                                          f"(compilation and CUDA-graph capture stay out of the window), "
+                                          f"got {cfg.warmup_steps}")
     if cfg.batch_size == MAX_BATCH and cfg.world_size > 1:
         raise ConfigError("batch_size", f"max is searched in one process; with {cfg.world_size} processes give a "
                                         "number (find it with bench find-batch on one device)")
@@ -243,6 +254,11 @@ def _validate(cfg: BenchConfig) -> None:
     spec.check_shape(cfg)  # fills model defaults, refuses sizes the model cannot take
     if cfg.channels_last and spec.task == "volumetric":
         raise ConfigError("channels_last", f"applies to 2D models only; {cfg.model} is a 3D model")
+    if cfg.channels_last and spec.task == "detection":
+        # Detection models take a list of CHW images and batch them inside (model.transform):
+        # the layout never reaches the convolutions, so the row would claim what did not run.
+        raise ConfigError("channels_last", f"not for detection models ({cfg.model} batches its image list "
+                                           "itself, in NCHW); allowed: false")
 
 
 def _is_endpoint(text: str) -> bool:

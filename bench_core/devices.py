@@ -2,6 +2,7 @@
 
 A `Backend` resolves the device, sets the precision knobs, times steps (CUDA events with one
 sync at the end of the window; perf_counter on CPU), reads peak memory and recognises OOM.
+Building a backend creates no CUDA context: only `bind()`, in the process that benchmarks, does.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 
 import torch
 
+from bench_core import capability
+from bench_core.capability import Support
 from bench_core.config import ConfigError
 from bench_core.precision import Precision
 
@@ -93,6 +96,21 @@ def is_foreign_cpu_oom(message: str | None) -> bool:
     return text.endswith(FOREIGN_CPU_OOM_ENDINGS) or "cannot allocate memory" in text.lower()
 
 
+# Near the memory limit, cuBLAS / cuDNN (and friends) fail to allocate their workspace or handle
+# with their own status, not torch's OutOfMemoryError: "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when
+# calling `cublasCreate(handle)`", "cuDNN error: CUDNN_STATUS_ALLOC_FAILED" (cuDNN 9 also names
+# CUDNN_STATUS_INTERNAL_ERROR_{HOST,DEVICE}_ALLOCATION_FAILED). They are out of memory: the batch
+# search must bisect on them, not stop.
+_LIBRARY_ALLOC_FAILED = re.compile(
+    r"\b(CUBLAS|CUBLASLT|CUDNN|CUSOLVER|CUSPARSE|CURAND)_STATUS_(INTERNAL_ERROR_(HOST|DEVICE)_)?ALLOC(ATION)?_FAILED\b"
+    r"|\bCUFFT_ALLOC_FAILED\b")
+
+
+def is_library_alloc_failure(message: str | None) -> bool:
+    """A CUDA library's allocation-failure status in an error message."""
+    return bool(_LIBRARY_ALLOC_FAILED.search(message or ""))
+
+
 def check_runnable(cfg) -> None:
     """Before anything runs: the device exists, there are enough of them, and it can run the
     precision. Each failure is a one-line ConfigError (bad input, exit 2)."""
@@ -102,6 +120,77 @@ def check_runnable(cfg) -> None:
     reason = Backend.for_device(device).unsupported_reason(resolve_precision(cfg.precision))
     if reason:
         raise ConfigError("precision", reason)
+
+
+# -- numerics knobs (TF32) ----------------------------------------------------------------
+# torch 2.14 keeps two views of TF32: the legacy flags (set_float32_matmul_precision,
+# cuda.matmul.allow_tf32, cudnn.allow_tf32) and the per-(backend, op) `fp32_precision` strings.
+# Setting only the new strings leaves the legacy readers raising "mix of the legacy and new
+# APIs", and inductor reads them (max-autotune, the FX graph cache key). The legacy setters
+# write both views, so they are used; `cudnn.fp32_precision` (cuda, all) is then set too, the
+# value compiled convolutions read, which the legacy setters leave at "none".
+FP32_PRECISION_KNOBS = {  # name in tf32_flags -> the torch.backends object holding fp32_precision
+    "generic": ("",), "cuda.matmul": ("cuda", "matmul"), "cudnn": ("cudnn",), "cudnn.conv": ("cudnn", "conv"),
+    "cudnn.rnn": ("cudnn", "rnn"), "mkldnn": ("mkldnn",), "mkldnn.matmul": ("mkldnn", "matmul"),
+    "mkldnn.conv": ("mkldnn", "conv"), "mkldnn.rnn": ("mkldnn", "rnn"),
+}
+
+
+def _knob_holder(path: tuple[str, ...]):
+    holder = torch.backends
+    for part in path:
+        holder = getattr(holder, part) if part else holder
+    return holder
+
+
+def set_tf32(enabled: bool) -> None:
+    """TF32 on or off for CUDA fp32 matmul and cuDNN conv/RNN, every accessor left consistent
+    (strict IEEE fp32 when off; on CPU this also keeps oneDNN fp32 matmul in fp32)."""
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    torch.backends.cudnn.allow_tf32 = enabled
+    torch.backends.cudnn.fp32_precision = "tf32" if enabled else "ieee"
+
+
+def tf32_flags() -> dict:
+    """Every TF32 accessor read back, legacy and new. Each legacy reader raises when the two
+    views disagree: reading them all is the check that nothing left torch in a mixed state."""
+    flags = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+             "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+             "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}
+    for name, path in FP32_PRECISION_KNOBS.items():
+        flags[f"{name}.fp32_precision"] = _knob_holder(path).fp32_precision
+    return flags
+
+
+def format_tf32_flags(flags: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in flags.items())
+
+
+def numerics_state() -> dict:
+    """The process-wide numerics knobs as they are now, for `restore_numerics` after a run."""
+    state: dict = {"cudnn.benchmark": torch.backends.cudnn.benchmark}
+    for name, read in (("float32_matmul_precision", torch.get_float32_matmul_precision),
+                       ("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32)):
+        try:
+            state[name] = read()
+        except RuntimeError:  # the caller left a mixed state: the fp32_precision strings restore it
+            pass
+    state["fp32_precision"] = {name: _knob_holder(path).fp32_precision for name, path in FP32_PRECISION_KNOBS.items()}
+    return state
+
+
+def restore_numerics(state: dict) -> None:
+    """Put back what `numerics_state` saw: legacy flags first (they write both views), then
+    every fp32_precision string as it read (resolved values: the same effective precision)."""
+    torch.backends.cudnn.benchmark = state["cudnn.benchmark"]
+    if "float32_matmul_precision" in state:
+        torch.set_float32_matmul_precision(state["float32_matmul_precision"])
+    if "cudnn.allow_tf32" in state:
+        torch.backends.cudnn.allow_tf32 = state["cudnn.allow_tf32"]
+    for name, value in state["fp32_precision"].items():
+        holder = _knob_holder(FP32_PRECISION_KNOBS[name])
+        if holder.fp32_precision != value:
+            holder.fp32_precision = value
 
 
 class StepClock:
@@ -152,14 +241,32 @@ class Backend:
         return 1
 
     # -- precision -------------------------------------------------------------
+    def support(self, precision: Precision) -> Support:
+        """native, emulated or unsupported, with the reason (bench_core.capability)."""
+        return capability.support(self.device, precision)
+
     def unsupported_reason(self, precision: Precision) -> str | None:
-        if precision.tf32:
-            return "tf32 is a CUDA tensor-core mode; on cpu use fp32"
-        return None
+        found = self.support(precision)
+        return None if found.runs else found.reason
+
+    def bind(self) -> None:
+        """Make this process the one that runs on the device (see CudaBackend)."""
 
     def apply_knobs(self, precision: Precision, cudnn_benchmark: bool) -> dict:
-        """Set every numerics knob explicitly and return what was set, for the row."""
-        return {"tf32_enabled": False, "cudnn_benchmark_enabled": False}
+        """Set every numerics knob explicitly and return what torch reads back, for the row.
+        On CPU: strict fp32 (tf32 is refused here), cudnn.benchmark has no effect."""
+        return self._set_and_read(False, False)
+
+    @staticmethod
+    def _set_and_read(tf32: bool, cudnn_benchmark: bool) -> dict:
+        set_tf32(tf32)
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        flags = tf32_flags()  # raises if any accessor is left unreadable
+        enabled = flags["cuda.matmul.allow_tf32"] and flags["cudnn.allow_tf32"]
+        if enabled != tf32 or flags["cuda.matmul.allow_tf32"] != flags["cudnn.allow_tf32"]:
+            raise RuntimeError(f"TF32 asked {'on' if tf32 else 'off'}, torch reads back {format_tf32_flags(flags)}")
+        return {"tf32_enabled": enabled, "tf32_flags": format_tf32_flags(flags),
+                "cudnn_benchmark_enabled": torch.backends.cudnn.benchmark if cudnn_benchmark else False}
 
     # -- timing -----------------------------------------------------------------
     def synchronize(self) -> None:
@@ -183,7 +290,7 @@ class Backend:
             return True
         text = str(exc)
         return "can't allocate memory" in text or "DefaultCPUAllocator" in text or \
-            "out of memory" in text.lower() or is_foreign_cpu_oom(text)
+            "out of memory" in text.lower() or is_foreign_cpu_oom(text) or is_library_alloc_failure(text)
 
     def release_memory(self) -> None:
         import gc
@@ -191,10 +298,15 @@ class Backend:
 
 
 class CudaBackend(Backend):
-    def __init__(self, device: torch.device):
-        super().__init__(device)
-        # Events record on the current device's stream: make it ours.
-        torch.cuda.set_device(device)
+    """Everything but `bind()` reads device properties only (cudaGetDeviceProperties, no
+    context): launchers, pre-run checks and find-batch's parent build backends too, and a
+    context there would hold a few hundred MB of the benchmarked GPU and show up in NVML's
+    process list as a foreign process."""
+
+    def bind(self) -> None:
+        # Events record on the current device's stream, and the first CUDA call creates the
+        # context on the current device: make both this device (only in the benchmarking process).
+        torch.cuda.set_device(self.device)
 
     def device_name(self) -> str:
         return torch.cuda.get_device_name(self.device)
@@ -202,20 +314,8 @@ class CudaBackend(Backend):
     def device_count(self) -> int:
         return torch.cuda.device_count()
 
-    def unsupported_reason(self, precision: Precision) -> str | None:
-        major, minor = torch.cuda.get_device_capability(self.device)
-        if precision.tf32 and major < 8:
-            return f"tf32 needs compute capability 8.0+; {self.device_name()} is {major}.{minor}"
-        if precision.compute_dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
-            return f"bfloat16 is not supported on {self.device_name()} (compute capability {major}.{minor})"
-        return None
-
     def apply_knobs(self, precision: Precision, cudnn_benchmark: bool) -> dict:
-        mode = "tf32" if precision.tf32 else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
-        torch.backends.cudnn.benchmark = cudnn_benchmark
-        return {"tf32_enabled": precision.tf32, "cudnn_benchmark_enabled": cudnn_benchmark}
+        return self._set_and_read(precision.tf32, cudnn_benchmark)
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -233,6 +333,7 @@ class CudaBackend(Backend):
         return stats
 
     def is_oom(self, exc: BaseException) -> bool:
+        # super() also takes the cuBLAS / cuDNN ALLOC_FAILED statuses (is_library_alloc_failure)
         return isinstance(exc, torch.cuda.OutOfMemoryError) or super().is_oom(exc)
 
     def release_memory(self) -> None:
@@ -243,11 +344,6 @@ class CudaBackend(Backend):
 class MpsBackend(Backend):
     def device_name(self) -> str:
         return "Apple MPS"
-
-    def unsupported_reason(self, precision: Precision) -> str | None:
-        if precision.tf32:
-            return "tf32 is a CUDA tensor-core mode"
-        return None
 
     def synchronize(self) -> None:
         torch.mps.synchronize()

@@ -5,11 +5,20 @@ A flag never removes a row; it only says why a reader should doubt it.
 """
 from __future__ import annotations
 
+import math
+import statistics
+
 from bench_core import flops
 
-# Step-time CV above this flags the row: on a quiet machine a steady workload stays well under
-# 5%; 10% means something else competed for the device (or the window is too short to settle).
-CV_THRESHOLD = 0.10
+# A window's throughput is the mean over its steps, so its own uncertainty is the step-time CV
+# over the square root of the step count (the standard error of the mean step). Above this the
+# window was too short for how much its steps varied: its samples/s is uncertain by more than it.
+WINDOW_SE_THRESHOLD = 0.05
+# Repeats of one configuration whose samples/s differ by a CV above this disagree with each other
+# by more than the differences a reader looks for (precisions, machines): something changed
+# between windows (another process, clocks, memory). Needs at least MIN_REPEATS_FOR_CV repeats.
+REPEAT_CV_THRESHOLD = 0.10
+MIN_REPEATS_FOR_CV = 3
 # A minimum SM clock below this fraction of the window's mean clock: the clock fell mid-window.
 CLOCK_DROP_RATIO = 0.9
 # Clock-event reasons that mean throttling. gpu_idle, applications_clocks_setting,
@@ -38,7 +47,9 @@ def _flops_columns(row: dict) -> dict:
                           threads=row.get("threads"), measure=achieved is not None)
     out.update(peak_tflops=peak.tflops, peak_source=peak.source)
     if achieved is not None and peak.tflops:
-        out["mfu"] = achieved / (peak.tflops * (row.get("world_size") or 1))
+        mfu = achieved / (peak.tflops * (row.get("world_size") or 1))
+        # Above 1 the peak is wrong, not the row: no figure is shown, the flag carries the value.
+        out["mfu"], out["mfu_rejected"] = (mfu, None) if mfu <= 1 else (None, mfu)
     return out
 
 
@@ -76,13 +87,57 @@ def noise_flags(row: dict, cfg) -> list[str]:
     low, mean = row.get("sm_clock_mhz_min"), row.get("sm_clock_mhz_mean")
     if low is not None and mean and low < CLOCK_DROP_RATIO * mean:
         flags.append(f"clock-drop(min {low:.0f} < {CLOCK_DROP_RATIO} x mean {mean:.0f} MHz)")
-    cv = row.get("step_time_cv")
-    if cv is not None and cv > CV_THRESHOLD:
-        flags.append(f"high-cv({cv:.2f} > {CV_THRESHOLD:.2f})")
+    se = window_se(row)
+    if se is not None and se > WINDOW_SE_THRESHOLD:
+        flags.append(f"noisy-window(CV/sqrt(steps) {se:.3f} > {WINDOW_SE_THRESHOLD})")
     seconds, wanted = row.get("timed_s"), getattr(cfg, "min_seconds", 0) or 0
     if seconds is not None and seconds < wanted:
         flags.append(f"short-window({seconds:.2f} s < min_seconds {wanted:g})")
-    mfu = row.get("mfu")
-    if mfu is not None and mfu > 1:
-        flags.append("mfu-above-1(peak too low: re-measure with `bench peak --force`, or a wrong table entry)")
+    rejected = row.get("mfu_rejected")
+    if rejected is not None:
+        flags.append(f"mfu-above-1({rejected:.2f} > 1: mfu not shown; the peak is too low: re-measure with "
+                     f"`bench peak --force`, or a wrong table entry)")
     return flags
+
+
+def window_se(row: dict) -> float | None:
+    """Relative standard error of the window's mean step time: step-time CV / sqrt(steps)."""
+    cv, steps = row.get("step_time_cv"), row.get("timed_steps")
+    if cv is None or not steps or cv != cv:  # NaN
+        return None
+    return cv / math.sqrt(steps)
+
+
+def flag_unstable_repeats(rows: list[dict]) -> None:
+    """After every repeat of one configuration: flag all its rows when their samples/s disagree."""
+    rates = [r["samples_per_s"] for r in rows if r.get("status") == "ok" and r.get("samples_per_s")]
+    if len(rates) < MIN_REPEATS_FOR_CV:
+        return
+    cv = statistics.stdev(rates) / statistics.fmean(rates)
+    if cv <= REPEAT_CV_THRESHOLD:
+        return
+    flag = f"unstable-repeats(CV {cv:.3f} > {REPEAT_CV_THRESHOLD} over {len(rates)} repeats)"
+    for row in rows:
+        row["noise_flags"] = ";".join(f for f in [*(row.get("noise_flags") or "").split(";"), flag] if f)
+
+
+def noise_rules() -> list[dict]:
+    """Each flag, its threshold and why (the report's Method section shows this table)."""
+    return [
+        {"flag": "noisy-window", "threshold": f"step-time CV / sqrt(timed steps) > {WINDOW_SE_THRESHOLD}",
+         "why": "the window's samples/s is a mean over its steps; past this its own uncertainty exceeds 5%: "
+                "run longer (min_seconds) or on a quieter machine"},
+        {"flag": "unstable-repeats", "threshold": f"CV of samples/s over >= {MIN_REPEATS_FOR_CV} repeats > "
+                                                  f"{REPEAT_CV_THRESHOLD}",
+         "why": "the repeats disagree by more than the differences worth reading; something changed between "
+                "windows"},
+        {"flag": "short-window", "threshold": "timed seconds < min_seconds",
+         "why": "a fixed step count (distributed runs) ended before the minimum duration"},
+        {"flag": "clock-drop", "threshold": f"min SM clock < {CLOCK_DROP_RATIO} x mean (GPU)",
+         "why": "the clock fell inside the window"},
+        {"flag": "throttle", "threshold": "any power/thermal throttle reason (GPU, NVML)",
+         "why": "the device slowed itself down"},
+        {"flag": "other-processes-on-device", "threshold": "any foreign process on the GPU (NVML)",
+         "why": "another process shared the device"},
+        {"flag": "mfu-above-1", "threshold": "MFU > 1", "why": "impossible: the peak is too low; MFU is not shown"},
+    ]

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from bench_core import __version__
+from bench_core.capability import cpu_facts
 
 
 @functools.cache
@@ -62,6 +63,18 @@ def _nvml_driver() -> str | None:
         return None
 
 
+def nccl_version() -> str | None:
+    """torch's NCCL as 'major.minor.patch'; a multi-node run needs the same on every node.
+    (ncclGetVersion: no CUDA context.) None when torch is built without NCCL."""
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - no NCCL in this build (e.g. Windows, ROCm without RCCL)
+        return None
+    if isinstance(version, tuple):
+        return ".".join(str(part) for part in version[:3])
+    return str(version)
+
+
 def collect(device: torch.device | None = None) -> dict:
     """Flat, JSON-ready description of host, software and (if given) the device."""
     cuda = torch.cuda.is_available()
@@ -78,10 +91,12 @@ def collect(device: torch.device | None = None) -> dict:
         "smp_version": _version("segmentation-models-pytorch"),
         "cuda_version": torch.version.cuda if cuda else None,
         "cudnn_version": str(torch.backends.cudnn.version()) if cuda and torch.backends.cudnn.is_available() else None,
+        "nccl_version": nccl_version() if cuda else None,
         "driver_version": _nvml_driver() if cuda else None,
         "gpu_count": torch.cuda.device_count() if cuda else 0,
         "project_version": __version__,
         "git_commit": git_commit(),
+        **cpu_facts().describe(),
     }
     if device is not None and device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from bench_core.config import ConfigError
 
 
+class EmulatedPrecisionWarning(UserWarning):
+    """A precision this device only emulates was asked for: it runs, slowly, and is marked."""
+
+
 @dataclass(frozen=True)
 class Precision:
     name: str

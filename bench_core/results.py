@@ -17,7 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-SCHEMA_VERSION = 2  # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
+# 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
+# 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
+#    tf32_flags, nccl_version
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 # (column, description). Config fields are inserted after the identity block.
@@ -40,6 +43,7 @@ _MEASURED = [
     ("device_type", "cpu | cuda | mps"),
     ("device_name", "GPU name, or the CPU model"),
     ("device_count", "devices of that type on this host"),
+    ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
     ("input_shape", "shape of one sample, e.g. 3x224x224"),
     ("timed_steps", "steps in the timed window"),
@@ -66,7 +70,9 @@ _MEASURED = [
     ("window_peak_rss_bytes", "largest RSS sampled during the timed window (telemetry)"),
     ("loss_final", "last loss of the window (train)"),
     ("loss_finite", "the last loss / output of the window was finite"),
-    ("tf32_enabled", "TF32 allowed for fp32 matmul and conv"),
+    ("tf32_enabled", "TF32 allowed for fp32 matmul and conv, as torch reads it back after setting it"),
+    ("tf32_flags", "every TF32 accessor read back after setting (legacy allow_tf32 / matmul precision and the "
+                   "fp32_precision strings)"),
     ("cudnn_benchmark_enabled", "torch.backends.cudnn.benchmark as set"),
     ("threads", "torch intra-op threads during the run"),
     ("replicas_in_sync", "DDP train: every rank's parameters bitwise equal after the window (sha256); empty otherwise"),
@@ -90,21 +96,27 @@ _EFFICIENCY = [
     ("achieved_tflops", "flops_per_sample x samples_per_s / 1e12"),
     ("peak_tflops", "dense peak TFLOP/s per device for the precision used"),
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),
-    ("mfu", "achieved_tflops / (peak_tflops x world_size)"),
+    ("mfu", "achieved_tflops / (peak_tflops x world_size); empty when above 1 (see mfu_rejected)"),
+    ("mfu_rejected", "an MFU above 1, not shown as mfu: the peak it divides by is too low (flagged)"),
     ("samples_per_j", "per-device samples in the window / device energy_j (or / power_w_mean)"),
     ("j_per_1k_samples", "joules per 1000 samples"),
     ("samples_per_s_per_w", "samples_per_s_per_device / power_w_mean"),
     ("cost_per_million_samples", "price_per_hour x devices / (samples_per_s x 3600) x 1e6"),
-    ("noise_flags", "reasons this row may be disturbed (high CV, throttling, other processes)"),
+    ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes)"),
 ]
 _ENVIRONMENT = [
     ("host", "host name"), ("os", "operating system"), ("python_version", "Python version"),
     ("cpu_model", "CPU model"), ("cpu_count", "logical CPUs"), ("torch_threads", "torch default threads"),
     ("torch_version", "torch"), ("torchvision_version", "torchvision"), ("timm_version", "timm"),
     ("smp_version", "segmentation-models-pytorch"), ("cuda_version", "CUDA runtime of torch"),
-    ("cudnn_version", "cuDNN"), ("driver_version", "NVIDIA driver"), ("gpu_count", "GPUs visible"),
+    ("cudnn_version", "cuDNN"), ("nccl_version", "NCCL of torch (CUDA only; must match across nodes)"),
+    ("driver_version", "NVIDIA driver"), ("gpu_count", "GPUs visible"),
     ("gpu_name", "GPU name"), ("gpu_uuid", "GPU UUID"), ("gpu_memory_bytes", "GPU memory"),
     ("gpu_compute_capability", "compute capability"), ("rank_devices", "every rank's device"),
+    ("precision_support_reason", "why the precision is native or emulated on this device"),
+    ("cpu_isa_dispatch", "torch's CPU dispatch level (AVX512, AVX2, ...)"),
+    ("cpu_dtype_flags", "the CPU's bf16/fp16 ISA flags (avx512_bf16, amx_bf16, avx512_fp16, ...)"),
+    ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set"),
     ("project_version", "notebook-bench version"), ("git_commit", "project commit"),
 ]
 

@@ -10,15 +10,17 @@ import datetime as dt
 import math
 import time
 import uuid
+import warnings
 from typing import Callable
 
 import torch
 
 from bench_core import distributed, efficiency, environment, flops, telemetry
+from bench_core.capability import EMULATED, emulated_warning
 from bench_core.config import MAX_BATCH, BenchConfig, ConfigError
-from bench_core.devices import Backend, resolve_device
+from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
 from bench_core.models import resolve_model
-from bench_core.precision import Precision, resolve_precision
+from bench_core.precision import EmulatedPrecisionWarning, Precision, resolve_precision
 from bench_core.tasks import first_tensor, make_workload
 from bench_core.timing import StepStats, Window, time_one, timed_window
 from bench_core.results import error_message
@@ -67,6 +69,7 @@ def _run_here(cfg: BenchConfig, progress: Progress) -> list[dict]:
             if session.failure:
                 return [session.failure]
             rows.append(row)
+        efficiency.flag_unstable_repeats(rows)
         if cfg.profile:
             from bench_core import profiling
             profiling.profile_after_window(session.step, session.backend, cfg, rows)
@@ -86,6 +89,9 @@ class Session:
         self.cfg = cfg
         self.progress = progress or (lambda msg: None)
         self.default_threads = default_threads or torch.get_num_threads()
+        # TF32 and cudnn.benchmark as the caller had them, put back by close(). Taken here, not at
+        # open(): `bench compare` makes both sessions before opening either.
+        self.numerics_before = numerics_state()
         self.run = _run_fields(cfg)
         self.ctx = distributed.context()
         self.backend: Backend | None = None
@@ -106,10 +112,16 @@ class Session:
         run.update(environment.collect(device))
         run.update(device_type=device.type, device_name=backend.device_name(), device_count=backend.device_count(),
                    world_size=ctx.world_size, dist_backend=ctx.backend or None)
-        reason = backend.unsupported_reason(self.precision)
-        if reason:
-            self.failure = _failure_row(run, "unsupported", reason)
+        found = backend.support(self.precision)
+        run.update(precision_support=found.level, precision_support_reason=found.reason)
+        if not found.runs:
+            self.failure = _failure_row(run, "unsupported", found.reason)
             return False
+        if found.level == EMULATED:
+            # Asked for explicitly, it runs (people want to see what it costs); one warning per
+            # precision and process, the same text in a terminal and in a notebook's output.
+            warnings.warn(emulated_warning(self.precision, found), EmulatedPrecisionWarning, stacklevel=2)
+        backend.bind()  # this process benchmarks: the only place a CUDA context is made
         return self._guarded(self._build) is not None
 
     def window(self, repeat: int) -> dict:
@@ -117,9 +129,11 @@ class Session:
         return self._guarded(self._window, repeat) or self.failure
 
     def close(self) -> None:
-        """Free the model and restore the threads: the next configuration starts as this one did."""
+        """Free the model, restore the threads and the numerics knobs (TF32, cudnn.benchmark):
+        the next configuration, or the notebook cell after a run, starts as this one did."""
         self.step = self.last = None
         torch.set_num_threads(self.default_threads)
+        restore_numerics(self.numerics_before)
         if self.backend is not None:
             self.backend.release_memory()
 
@@ -158,6 +172,9 @@ class Session:
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
         flops_per_step = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        # With compile on, the eager step has its own optimizer: once counted, drop it, or its
+        # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
+        del eager_step
         warm_start = time.perf_counter()
         for _ in range(max(cfg.warmup_steps - 1, 0)):
             self.step()
@@ -173,12 +190,14 @@ class Session:
         cfg, backend, ctx = self.cfg, self.backend, self.ctx
         self._apply_knobs()
         distributed.barrier()
+        # Each window's own peak: not the build's, the FLOP-count step's or compilation's.
+        backend.reset_peak_memory()
         with telemetry.Sampler(backend) as sampler, _no_recompile(cfg.compile):
             window = timed_window(self.step, backend, cfg.steps, cfg.min_seconds, fixed_steps=self.fixed_steps)
         window = distributed.slowest(window)
         row = {**self.run, "repeat": repeat,
                **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),
-               **backend.memory_stats(), **_all_ranks_telemetry(sampler.columns(), ctx),
+               **_all_ranks_memory(backend.memory_stats(), ctx), **_all_ranks_telemetry(sampler.columns(), ctx),
                **_finiteness(cfg, self.last[0])}
         row["status"] = "ok" if row["loss_finite"] else "nan"
         row["message"] = None if row["loss_finite"] else \
@@ -196,6 +215,15 @@ class Session:
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = _failure_row(self.run, status, error_message(exc))
             return None
+
+
+def _all_ranks_memory(stats: dict, ctx) -> dict:
+    """Peak memory of the row: the largest over ranks (the device that runs out first), not the writer's."""
+    if ctx.world_size == 1:
+        return stats
+    gathered: list = [None] * ctx.world_size
+    torch.distributed.all_gather_object(gathered, stats)
+    return {key: max((g[key] for g in gathered if g.get(key) is not None), default=None) for key in stats}
 
 
 def _all_ranks_telemetry(columns: dict, ctx) -> dict:

@@ -11,6 +11,7 @@ import functools
 import html
 import importlib.resources
 import io
+import json
 import math
 import re
 import warnings
@@ -20,13 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench_core import results
+from bench_core import efficiency, results
 from bench_core.results import error_message
 
 KNEE_FRACTION = 0.9          # the knee: smallest batch reaching 90% of the curve's best throughput
 DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
 PIXEL_RATIO = 2              # charts are rendered at 2x for sharp text on high-dpi screens
 PRECISION_ORDER = ["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
+EMULATED = "emulated"  # capability.EMULATED, spelled here so the summary never imports torch
+EMULATED_SUFFIX = " (emulated)"
 MODE_ORDER = ["train", "infer"]
 NUMBER_CELL = "text-align:right;white-space:nowrap"
 TEXT_CELL = "text-align:left"
@@ -131,6 +134,10 @@ def _typed(rows: pd.DataFrame) -> pd.DataFrame:
     rows["channels_last"] = rows["channels_last"].astype(str).str.lower().isin(["true", "1"])
     for name in ("model", "mode", "precision", "input_shape", "message", "host", "device_name"):
         rows[name] = rows[name].astype(object).where(rows[name].notna(), None)
+    # An emulated precision is its own label in every table and chart: it can't pass for native.
+    emulated = rows["precision_support"].astype(str).str.strip().str.lower() == EMULATED
+    rows["precision"] = rows["precision"].where(~emulated | rows["precision"].isna(),
+                                                rows["precision"].astype(str) + EMULATED_SUFFIX)
     rows["machine"] = [_machine_label(r) for r in rows.to_dict("records")]
     rows["config"] = [_config_label(r) for r in rows.to_dict("records")]
     return rows
@@ -230,6 +237,28 @@ def amp_speedup_table(res: Results) -> pd.DataFrame:
     table = other.merge(base, on=keys, how="inner")
     table["speedup"] = table["samples_per_s"] / table["fp32"]
     return _sorted(table)
+
+
+def emulation_notes(res: Results, speedups: pd.DataFrame) -> list[str]:
+    """Why emulated precisions are slow, in words, with what they cost here; and which a sweep left out."""
+    lines = []
+    rows = res.ok[res.ok["precision"].astype(str).str.endswith(EMULATED_SUFFIX)]
+    for (machine, precision), group in rows.groupby(["machine", "precision"], sort=False):
+        reason = next((str(v) for v in group["precision_support_reason"] if _present(v)), "no reason recorded")
+        cost = ""
+        if not speedups.empty:
+            mine = speedups[(speedups["machine"] == machine) & (speedups["precision"] == precision)]["speedup"]
+            if len(mine.dropna()):
+                cost = (f"; here it runs at {mine.median():.2f}× fp32 (median over {len(mine.dropna())} "
+                        f"workloads), {1 / mine.median():.1f}× slower")
+        lines.append(f"{machine}: {precision}: {reason}{cost}. These rows show what emulation costs, not what the "
+                     "hardware can do in that precision.")
+    for d in res.dirs:
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            for skip in json.loads((d / "plan.json").read_text()).get("skipped") or []:
+                lines.append(f"{d.name}: {skip['precision']} was not run on {skip['device']} "
+                             f"({skip['configurations']} configurations): {skip['reason']}.")
+    return lines
 
 
 def batch_curves(res: Results) -> pd.DataFrame:
@@ -658,6 +687,8 @@ def show_amp_speedup(res: Results) -> None:
     if table.empty:
         note("No AMP speed-up: it needs fp32 and a reduced precision (amp-fp16, amp-bf16, fp16, bf16, tf32) "
              "of the same workload on the same machine.")
+        for line in emulation_notes(res, table):
+            paragraph(line)
         return
     table = table.assign(label=_labels(table))
     several = table["machine"].nunique() > 1
@@ -676,6 +707,8 @@ def show_amp_speedup(res: Results) -> None:
     show_table(table, _for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                        "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
                        "fp32": "fp32 samples/s", "samples_per_s": "samples/s", "speedup": "speed-up over fp32"}))
+    for line in emulation_notes(res, table):
+        paragraph(line)
 
 
 @section
@@ -960,6 +993,14 @@ def show_method_settings(res: Results) -> None:
     show_table(table, {"machine": "machine", "timer": "timer", "warmup_steps": "warm-up steps (untimed)",
                        "min_steps": "min timed steps", "min_seconds": "min timed seconds",
                        "timed_steps": "timed steps that ran", "repeats": "repeats"})
+    paragraph("Noise flags: a row is flagged, never dropped, when one of these holds. Each flag in the "
+              "Efficiency section carries the measured value beside its threshold.")
+    show_table(pd.DataFrame(efficiency.noise_rules()), {"flag": "flag", "threshold": "threshold", "why": "why"})
+    paragraph("Peaks (MFU): on a GPU the dense datasheet figure for the precision's tensor cores; on a CPU the "
+              "best of a large linear and a 3x3 convolution measured on the precision's own kernel path "
+              "(autocast where the workload autocasts). No peak is below the device's fp32 peak: the hardware "
+              "can always compute in fp32, so an emulated precision is divided by the fp32 peak. An MFU above 1 "
+              "is never shown: the row is flagged instead.")
 
 
 # -- small helpers ------------------------------------------------------------------------------

@@ -42,7 +42,10 @@ from bench_core.config import BenchConfig, ConfigError, check_known_keys, load_y
 from bench_core.results import error_message, first_line
 from bench_core.notebook import COMPLETE_STATUSES, LIST_FIELDS, describe, record_missing, rows_by_config, safe_name
 
-SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s")
+SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated")
+# What a sweep does with a precision this machine only emulates (bench sysinfo): run it (marked
+# emulated in every row and chart) or leave it out of the plan (said before it starts and in the report).
+EMULATED_CHOICES = ("run", "skip")
 SELECTOR_KEYS = ("description", "use")
 SELECTOR_CHOICES = ("gpu", "mps", "cpu")
 MAX_CONFIGS = 10_000  # a typo like batch_size: [1, ..., 100000] should not plan a year of work
@@ -82,6 +85,7 @@ class SweepPlan:
     text: str = ""                      # the sweep file as written (saved as DIR/sweep.yaml)
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
 
 
 def load_sweep(path: str | Path) -> SweepPlan:
@@ -98,7 +102,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
         if "use" in data:
             raise ConfigError("use", f"{path.name} is itself a selector; point `use` at a sweep file")
     plan = parse_sweep(data, default_name=path.stem)
-    plan.text, plan.source, plan.notes = path.read_text(), str(path), notes
+    plan.text, plan.source, plan.notes = path.read_text(), str(path), notes + plan.notes
     return plan
 
 
@@ -145,6 +149,10 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
     if count > MAX_CONFIGS:
         raise ConfigError("grid", f"expands to {count} configurations; at most {MAX_CONFIGS} per sweep")
 
+    emulated = data.get("emulated", "run")
+    if emulated not in EMULATED_CHOICES:
+        raise ConfigError("emulated", f"got {emulated!r}; allowed: {', '.join(EMULATED_CHOICES)}")
+
     configs, seen = [], set()
     for grid in grids:
         for combo in itertools.product(*grid.values()):
@@ -153,7 +161,40 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
             if cfg.config_hash() not in seen:
                 seen.add(cfg.config_hash())
                 configs.append(cfg)
-    return SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s)
+    configs, notes, skipped = _emulated(configs, emulated)
+    if not configs:
+        raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
+                                      "here; " + "; ".join(notes))
+    return SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
+                     notes=notes, skipped=skipped)
+
+
+def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig], list[str], list[dict]]:
+    """Find the precisions this machine only emulates; leave them out when the policy says skip."""
+    from bench_core.capability import EMULATED
+    from bench_core.devices import Backend, resolve_device
+    from bench_core.precision import resolve_precision
+    found: dict[tuple[str, str], Any] = {}
+    for cfg in configs:
+        key = (cfg.device, cfg.precision)
+        if key not in found:
+            found[key] = Backend.for_device(resolve_device(cfg.device)).support(resolve_precision(cfg.precision))
+    notes, skipped = [], []
+    for (device, precision), support in found.items():
+        if support.level != EMULATED:
+            continue
+        count = sum(1 for c in configs if (c.device, c.precision) == (device, precision))
+        if policy == "skip":
+            notes.append(f"{precision} is emulated on {device}, so its {count} configuration(s) are left out "
+                         f"(emulated: skip): {support.reason}")
+            skipped.append({"device": device, "precision": precision, "configurations": count,
+                            "reason": support.reason})
+        else:
+            notes.append(f"{precision} is emulated on {device}: its {count} configuration(s) run slowly and are "
+                         f"marked emulated: {support.reason}")
+    left_out = {(s["device"], s["precision"]) for s in skipped}
+    kept = [c for c in configs if (c.device, c.precision) not in left_out]
+    return kept, notes, skipped
 
 
 def _timeout(value: Any) -> float | None:
@@ -251,6 +292,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """sweep file (YAML):
   name: tiny                 # output folder name (default: the file name)
   timeout_s: 1800            # optional: seconds allowed per papermill execution
+  emulated: skip             # optional: leave out precisions this machine only emulates (default: run)
   grid:                      # every combination is one configuration (any BenchConfig field);
     model: [resnet50, mobilenet_v3_large]   # a list of such mappings runs the union of their grids
     precision: [fp32, amp-bf16]
@@ -265,12 +307,15 @@ examples:
   bench sweep params/cpu-quick.yaml                 # writes outputs/cpu-quick/{results.csv,report.html}
   bench sweep params/tensorpix.yaml --out outputs/tensorpix-a100
   bench sweep params/default.yaml --force           # measure everything again
+  bench sweep params/default.yaml --dry-run         # what would run, and about how long
 exit status: 0 every configuration ok (or unsupported), 1 a configuration failed, 2 bad input,
 130 interrupted."""
     p.add_argument("file", metavar="FILE", help="sweep file (params/*.yaml)")
     p.add_argument("--out", metavar="DIR", help="output directory (default: outputs/<name>)")
     p.add_argument("--force", action="store_true", help="re-run configurations that are already complete")
     p.add_argument("--no-report", action="store_true", help="skip building DIR/report.html")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (executions, configurations, estimated time) and run nothing")
     p.add_argument("--template", metavar="IPYNB",
                    help=f"notebook template (default: ${TEMPLATE_ENV}, else notebooks/benchmark.ipynb of the project)")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3, this environment)")
@@ -280,6 +325,8 @@ def main(args: argparse.Namespace) -> int:
     plan = load_sweep(args.file)
     template = find_template(args.template)
     out_dir = Path(args.out or Path("outputs") / plan.name).resolve()
+    if args.dry_run:
+        return dry_run(plan, out_dir)
     with sweep_lock(out_dir):
         return run_sweep(plan, out_dir, template, force=args.force, build_report=not args.no_report,
                          kernel=args.kernel)
@@ -361,6 +408,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     results.atomic_write_text(out_dir / "plan.json", json.dumps(_plan_json(plan), indent=1))
     for note in plan.notes:
         print(f"bench sweep: {note}", file=sys.stderr)
+    print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
 
     tally = Tally()
     started = time.perf_counter()
@@ -484,13 +532,56 @@ def _record_outcome(out_dir: Path, execution: Execution, outcome: "Outcome", env
     record_missing(out_dir, execution.run_name, execution.configs, status, message, extra)
 
 
+# The plan's time estimate, from what a configuration costs beyond its timed windows (measured on
+# 2-core CPUs with the default suite: a kernel start with torch and the model libraries imported,
+# then per configuration the build, cold first step, FLOP count and warm-up, per repeat the
+# window's slack past min_seconds). Meant to land within 2x of the real time, not closer.
+EXECUTION_START_S = 6.0
+CONFIG_BUILD_S = 3.0
+REPEAT_SLACK_S = 0.3
+PROBE_S = 8.0  # one batch-size probe in a fresh process (batch_size max)
+
+
+def estimate_seconds(plan: SweepPlan) -> float:
+    """A rough wall time for the plan, printed before it starts: never a measurement."""
+    total = EXECUTION_START_S * len(plan.executions)
+    for cfg in plan.configs:
+        total += CONFIG_BUILD_S + cfg.repeats * (cfg.min_seconds + REPEAT_SLACK_S)
+        if cfg.batch_size == "max":
+            total += PROBE_S * max(1, math.ceil(math.log2(max(cfg.max_batch_size, 2))))
+    return total
+
+
+def plan_summary(plan: SweepPlan) -> str:
+    """The one line a sweep prints before it starts."""
+    seen = {k: _unique(getattr(c, k) for c in plan.configs) for k in ("model", "precision", "mode", "device")}
+    parts = ", ".join(f"{len(v)} {k}{'s' if len(v) > 1 else ''}" for k, v in seen.items())
+    minutes = estimate_seconds(plan) / 60
+    return (f"plan: {len(plan.configs)} configuration(s) in {len(plan.executions)} execution(s) ({parts}); "
+            f"about {minutes:.1f} min (an estimate; bench sweep --dry-run lists them)")
+
+
+def dry_run(plan: SweepPlan, out_dir: Path) -> int:
+    """Print every execution and its configurations; run and write nothing."""
+    print(f"bench sweep: {plan_summary(plan)}; output would go to {out_dir}")
+    for note in plan.notes:
+        print(f"note: {note}")
+    for execution in plan.executions:
+        first = execution.configs[0]
+        print(f"{execution.run_name}: {first.model} {first.precision} on {first.device}, {first.width}x{first.height}"
+              f", repeats {first.repeats}, min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
+        for cfg in execution.configs:
+            print(f"  {cfg.mode:<5} batch {cfg.batch_size}")
+    return EXIT_OK
+
+
 def _sweep_header(plan: SweepPlan) -> str:
     lines = [f"# bench sweep: copy of {plan.source}"] + [f"# {note}" for note in plan.notes]
     return "\n".join(lines) + "\n"
 
 
 def _plan_json(plan: SweepPlan) -> dict:
-    return {"name": plan.name, "timeout_s": plan.timeout_s, "executions": [
+    return {"name": plan.name, "timeout_s": plan.timeout_s, "skipped": plan.skipped, "executions": [
         {"run_name": e.run_name, "configurations": [describe(c) for c in e.configs]} for e in plan.executions]}
 
 

@@ -309,6 +309,7 @@ class _NvmlDevice:
     reasons: int = 0
     foreign_pids: set = field(default_factory=set)
     unresolved_self: bool = False
+    foreign_unresolved: int = 0                       # others seen when our pid is not in NVML's list
     energy_mj: list = field(default_factory=list)     # counter at the first and last read
 
     def query(self, name: str, read):
@@ -363,10 +364,11 @@ class _NvmlDevice:
         if pids & ours:
             self.foreign_pids |= pids - ours
         elif pids:
-            # Our pid is not visible to NVML (pid namespace): assume one listed process is us.
+            # Our pid is not visible to NVML (a container's pid namespace: NVML lists host pids).
+            # This process holds a context on the device, so it is one of them, but which one is
+            # unknowable: count the others, name no pid (the smallest pid is not ours by any rule).
             self.unresolved_self = True
-            if len(pids) > 1:
-                self.foreign_pids |= set(sorted(pids)[1:])
+            self.foreign_unresolved = max(self.foreign_unresolved, len(pids) - 1)
 
     def columns(self, notes: list[str]) -> dict:
         powers = [w for _, w in self.power_w]
@@ -391,8 +393,10 @@ class _NvmlDevice:
                          f"NVML energy counter {counter}")
         if self.foreign_pids:
             cols["noise_flags"] = "other-processes-on-device(pid " + ",".join(map(str, sorted(self.foreign_pids))) + ")"
+        elif self.foreign_unresolved:
+            cols["noise_flags"] = f"other-processes-on-device({self.foreign_unresolved} other, pids not resolvable)"
         if self.unresolved_self:
-            notes.append("own pid not in NVML's process list (pid namespace): one listed process assumed to be this one")
+            notes.append("own pid not in NVML's process list (pid namespace): others counted, none named")
         notes += [f"nvml {name}: {why}" for name, why in self.failed.items()]
         return cols
 

@@ -231,7 +231,7 @@ def test_overrides_name_config_fields():
 
 # -- compile and layout ----------------------------------------------------------------
 
-COMPILED = dict(batch_size=2, steps=3, warmup_steps=2, repeats=2, min_seconds=0, device="cpu", compile="default")
+COMPILED = dict(batch_size=2, steps=3, warmup_steps=3, repeats=2, min_seconds=0, device="cpu", compile="default")
 
 
 def test_compiled_run_reports_compile_time_apart_from_step_times():

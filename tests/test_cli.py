@@ -95,7 +95,7 @@ def test_unknown_flag_is_one_line():
 
 
 def test_sysinfo_and_help():
-    info = json.loads(bench("sysinfo").stdout)
+    info = json.loads(bench("sysinfo", "--json").stdout)
     assert info["torch_version"] and info["cpu_count"] >= 1 and "git_commit" in info
     help_text = bench("run", "--help").stdout
     assert "examples:" in help_text and "--batch-size" in help_text and "--precision" in help_text

@@ -27,7 +27,7 @@ def test_every_cpu_row_has_flops_a_measured_peak_and_mfu(cpu_rows, peak_cache):
     for row in cpu_rows:
         assert row["flops_per_sample"] > 0 and row["achieved_tflops"] > 0
         assert row["peak_tflops"] > 0
-        assert row["peak_source"].startswith("measured: ") and "matmul float32, " in row["peak_source"]
+        assert row["peak_source"].startswith("measured: ") and " float32, " in row["peak_source"]
         assert f"{row['threads']} threads" in row["peak_source"]
         assert 0 < row["mfu"] < 1
         assert row["mfu"] == pytest.approx(row["achieved_tflops"] / row["peak_tflops"])
@@ -98,15 +98,35 @@ def test_a_clean_row_has_no_flags(tiny_config):
 
 
 def test_noise_flags_are_collected_never_dropped(tiny_config):
-    row = measured(step_time_cv=0.25, sm_clock_mhz_min=1000.0, timed_s=0.4,
+    row = measured(step_time_cv=0.25, timed_steps=4, sm_clock_mhz_min=1000.0, timed_s=0.4,
                    noise_flags="other-processes-on-device(pid 4242)",
                    throttle_reasons="gpu_idle;sw_thermal_slowdown")
     flags = efficiency.derive(row, tiny_config(min_seconds=1.0))["noise_flags"].split(";")
     assert flags[0] == "other-processes-on-device(pid 4242)"
     assert "throttle(sw_thermal_slowdown)" in flags
     assert any(f.startswith("clock-drop(min 1000 < 0.9 x mean 1400") for f in flags)
-    assert f"high-cv(0.25 > {efficiency.CV_THRESHOLD:.2f})" in flags
+    assert f"noisy-window(CV/sqrt(steps) 0.125 > {efficiency.WINDOW_SE_THRESHOLD})" in flags
     assert "short-window(0.40 s < min_seconds 1)" in flags
+
+
+def test_a_long_window_absorbs_step_jitter_a_short_one_is_flagged(tiny_config):
+    """The same step-time CV: fine over 100 steps (CV/10), flagged over 4 (CV/2)."""
+    assert efficiency.derive(measured(step_time_cv=0.2, timed_steps=100), tiny_config())["noise_flags"] is None
+    assert "noisy-window" in efficiency.derive(measured(step_time_cv=0.2, timed_steps=4), tiny_config())["noise_flags"]
+
+
+def test_repeats_that_disagree_flag_every_row_of_the_configuration():
+    steady = [{"status": "ok", "samples_per_s": v, "noise_flags": None} for v in (100.0, 102.0, 99.0)]
+    efficiency.flag_unstable_repeats(steady)
+    assert all(r["noise_flags"] is None for r in steady)
+    shaky = [{"status": "ok", "samples_per_s": v, "noise_flags": f} for v, f in ((100.0, None), (70.0, "x(1)"),
+                                                                                 (101.0, None))]
+    efficiency.flag_unstable_repeats(shaky)
+    assert all("unstable-repeats(CV 0." in r["noise_flags"] for r in shaky)
+    assert shaky[1]["noise_flags"].startswith("x(1);unstable-repeats")
+    two = [{"status": "ok", "samples_per_s": v, "noise_flags": None} for v in (100.0, 50.0)]
+    efficiency.flag_unstable_repeats(two)  # two repeats: no CV worth the name
+    assert all(r["noise_flags"] is None for r in two)
 
 
 def test_cpu_peak_not_measured_when_told_not_to(tmp_path, monkeypatch):

@@ -192,6 +192,15 @@ def test_base_image_is_a_pinned_cuda_pytorch_tag():
     assert torch_version >= Version("2.9"), "the CUDA backend uses torch.backends.*.fp32_precision (2.9+)"
 
 
+def test_a_c_compiler_for_triton_is_installed_and_the_header_says_so():
+    # torch.compile on a GPU runs Triton, which compiles with the system C compiler at run time;
+    # the -runtime base has none.
+    run_text = " ".join(only("RUN"))
+    assert re.search(r"apt-get install -y --no-install-recommends [^&]*\bgcc\b", run_text), run_text
+    header = (ROOT / "Dockerfile").read_text().split("ARG ", 1)[0]
+    assert "C compiler: gcc" in header and "Triton" in header
+
+
 def test_entrypoint_is_bench_with_a_default_sweep():
     import json
     assert [json.loads(a) for a in only("ENTRYPOINT")] == [["bench"]]

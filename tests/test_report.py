@@ -325,3 +325,20 @@ def _stderr_and_errors(nb) -> list[str]:
 
 def _pixels(image):
     return getattr(image, "get_flattened_data", image.getdata)()  # getdata is deprecated in Pillow 13
+
+
+def test_emulated_rows_are_labelled_and_their_cost_explained(dirs, tmp_path):
+    """The same rows as an AVX2-only CPU records them: amp-bf16 emulated, with the reason."""
+    reason = "this CPU has no AVX512_BF16 or AMX-BF16: bf16 is emulated (converted to fp32 around each kernel)"
+    rows = [{**r, "precision_support": "emulated", "precision_support_reason": reason}
+            if r["precision"] == "amp-bf16" else r
+            for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    results.write_run(tmp_path, "avx2", rows)
+    (tmp_path / "plan.json").write_text(json.dumps({"skipped": [
+        {"device": "cpu", "precision": "amp-fp16", "configurations": 4, "reason": "fp16 is emulated here"}]}))
+    res = summary.load_results([tmp_path])
+    assert set(res.ok["precision"]) == {"fp32", "amp-bf16 (emulated)"}
+    assert all("amp-bf16 (emulated)" in c for c in res.ok["config"] if "amp-bf16" in c)
+    notes = summary.emulation_notes(res, summary.amp_speedup_table(res))
+    assert any(reason in n and "× fp32" in n and "slower" in n for n in notes), notes
+    assert any("amp-fp16 was not run on cpu (4 configurations): fp16 is emulated here" in n for n in notes), notes

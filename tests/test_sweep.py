@@ -101,6 +101,7 @@ BAD_FILES = {
     "not a mapping": ("- resnet18\n", "sweep"),
     "empty list": ("name: x\ngrid:\n  precision: []\n", "precision"),
     "bad timeout": ("name: x\ntimeout_s: soon\n", "timeout_s"),
+    "bad emulated": ("name: x\nemulated: maybe\n", "emulated"),
     "code in a model name": ("name: x\nsettings:\n  model: 'resnet18\"; import os; os.system(\"touch pwned\") #'\n",
                              "model"),
     "absent device": ("name: x\nsettings:\n  device: cuda:7\n", "device"),
@@ -154,6 +155,34 @@ def test_shipped_sweep_files_are_valid():
         assert plan.configs and plan.executions, path
         for execution in plan.executions:  # one execution per (device, model, precision, shape)
             assert len({(c.device, c.model, c.precision) for c in execution.configs}) == 1
+
+
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+@pytest.mark.skipif(sys.platform != "linux" or __import__("platform").machine() != "x86_64",
+                    reason="ATEN_CPU_CAPABILITY=avx2 is an x86 dispatch level")
+def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path):
+    """On an AVX2-only CPU the default suite runs fp32 only; --dry-run says why and runs nothing."""
+    import os
+    out = subprocess.run([sys.executable, "-m", "bench_core", "sweep", "params/default.yaml", "--dry-run",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, **AVX2_ONLY})
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "amp-bf16 is emulated on cpu, so its 12 configuration(s) are left out (emulated: skip)" in text
+    assert "plan: 12 configuration(s) in 6 execution(s)" in text and "min (an estimate" in text
+    assert "amp-bf16" not in text.split("note:")[-1].split("\n", 1)[1]  # no execution of it is listed
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_the_plan_and_writes_nothing(tmp_path, capsys):
+    path = write_sweep(tmp_path, "plan", {"mode": ["train", "infer"], "precision": ["fp32"]})
+    assert cli.main(["sweep", str(path), "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 2 configuration(s) in 1 execution(s) (1 model, 1 precision, 2 modes, 1 device)" in out
+    assert "  train batch 2" in out and "  infer batch 2" in out
+    assert not (tmp_path / "out").exists()
 
 
 def test_default_picks_cpu_quick_without_a_gpu():

@@ -1,0 +1,172 @@
+"""What a device runs natively, per precision: detected once, printed by `bench sysinfo`, recorded
+in every row (`precision_support`, `precision_support_reason`).
+
+- native: the hardware has instructions or units for the dtype, and torch uses them.
+- emulated: torch runs it, through conversions or generic code: slow, and marked wherever shown.
+- unsupported: torch cannot run it on this device; a run says so and measures nothing.
+
+CPU: torch's own answer (its dispatch level, oneDNN's bf16/fp16 checks), backed by the ISA flags
+(x86: AVX512_BF16, AMX-BF16, AVX512_FP16, AMX-FP16; Arm: BF16, FP16 arithmetic). Both must hold:
+oneDNN "supports" bf16 on any AVX-512 CPU by converting to fp32, and ONEDNN_MAX_CPU_ISA or
+ATEN_CPU_CAPABILITY can keep torch off instructions the CPU has. CUDA: compute capability
+(fp16 tensor cores from 7.0, tf32 and bf16 from 8.0).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bench_core.precision import PRECISIONS, Precision
+
+NATIVE, EMULATED, UNSUPPORTED = "native", "emulated", "unsupported"
+# ISA flags (as /proc/cpuinfo spells them) that make a dtype's matmul/conv native.
+X86_NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
+ARM_NATIVE = {"bfloat16": ("bf16",), "float16": ("fphp", "asimdhp")}
+# Environment variables that change which kernels torch dispatches to (recorded with the answer).
+DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+@dataclass(frozen=True)
+class Support:
+    level: str    # native | emulated | unsupported
+    reason: str   # one sentence a reader can act on
+
+    @property
+    def runs(self) -> bool:
+        return self.level != UNSUPPORTED
+
+
+# -- CPU ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """What the CPU has (ISA flags) and what torch makes of it (dispatch level, oneDNN checks)."""
+    arch: str
+    flags: frozenset[str]        # empty when they cannot be read (then torch's answer decides)
+    torch_capability: str        # torch.backends.cpu.get_cpu_capability(): AVX512, AVX2, ...
+    onednn_bf16: bool
+    onednn_fp16: bool
+    dispatch_env: tuple[tuple[str, str], ...]
+
+    def describe(self) -> dict:
+        """The facts as row/environment columns."""
+        relevant = sorted(self.flags & {f for names in (*X86_NATIVE.values(), *ARM_NATIVE.values()) for f in names})
+        return {"cpu_isa_dispatch": self.torch_capability,
+                "cpu_dtype_flags": " ".join(relevant) or None,
+                "cpu_dispatch_env": " ".join(f"{k}={v}" for k, v in self.dispatch_env) or None}
+
+
+@functools.cache
+def cpu_facts() -> CpuFacts:
+    arch = platform.machine().lower()
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
+    mkldnn = torch.ops.mkldnn
+    bf16 = bool(getattr(mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+    fp16 = bool(getattr(mkldnn, "_is_mkldnn_fp16_supported", lambda: False)())
+    env = tuple((k, os.environ[k]) for k in DISPATCH_VARIABLES if os.environ.get(k))
+    return CpuFacts(arch, _cpu_flags(), str(capability), bf16, fp16, env)
+
+
+def _cpu_flags() -> frozenset[str]:
+    """The ISA flags of the first CPU in /proc/cpuinfo (x86 'flags', Arm 'Features')."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:
+    facts = facts or cpu_facts()
+    if precision.tf32:
+        return Support(UNSUPPORTED, "tf32 is a CUDA tensor-core mode; on cpu use fp32")
+    dtype = precision.compute_dtype
+    if dtype == "float32":
+        return Support(NATIVE, f"fp32 runs natively ({facts.torch_capability} kernels)")
+    short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
+    table = ARM_NATIVE if facts.arch in ("aarch64", "arm64") else X86_NATIVE
+    wanted = table[dtype]
+    have = [f for f in wanted if f in facts.flags]
+    onednn = facts.onednn_bf16 if dtype == "bfloat16" else facts.onednn_fp16
+    spelled = " or ".join(f.upper().replace("AMX_", "AMX-") for f in wanted)
+    if facts.flags and not have:
+        return Support(EMULATED, f"this CPU has no {spelled}: {short} is emulated (converted to fp32 "
+                                 f"around each kernel), slower than fp32")
+    if not onednn:
+        env = "; ".join(f"{k}={v}" for k, v in facts.dispatch_env)
+        why = f" ({env})" if env else ""
+        has = f"this CPU has {', '.join(h.upper().replace('AMX_', 'AMX-') for h in have)} but " if have else ""
+        return Support(EMULATED, f"{has}torch's oneDNN does not use {short} here{why}, dispatch "
+                                 f"{facts.torch_capability}: {short} is emulated, slower than fp32")
+    using = ", ".join(h.upper().replace("AMX_", "AMX-") for h in have) or "oneDNN's native kernels"
+    return Support(NATIVE, f"{short} runs natively ({using}; oneDNN {short} kernels)")
+
+
+# -- CUDA ---------------------------------------------------------------------------------------
+
+def cuda_support(precision: Precision, capability: tuple[int, int], name: str,
+                 bf16_emulation: bool = True) -> Support:
+    """By compute capability: fp16 tensor cores from 7.0, tf32 and bf16 from 8.0. Below 8.0 torch
+    still runs bf16 (`is_bf16_supported(including_emulation=True)`), through fp32 math."""
+    major, minor = capability
+    cc = f"compute capability {major}.{minor}"
+    dtype = precision.compute_dtype
+    if precision.tf32:
+        if major < 8:
+            return Support(UNSUPPORTED, f"tf32 needs compute capability 8.0+; {name} is {major}.{minor}")
+        return Support(NATIVE, f"tf32 tensor cores ({cc})")
+    if dtype == "float32":
+        return Support(NATIVE, f"fp32 CUDA cores ({cc})")
+    if dtype == "bfloat16":
+        if major >= 8:
+            return Support(NATIVE, f"bf16 tensor cores ({cc})")
+        if bf16_emulation:
+            return Support(EMULATED, f"{name} ({cc}) has no bf16 tensor cores (8.0+): bf16 is emulated")
+        return Support(UNSUPPORTED, f"bfloat16 is not supported on {name} ({cc})")
+    if major >= 7:
+        return Support(NATIVE, f"fp16 tensor cores ({cc})")
+    return Support(EMULATED, f"{name} ({cc}) has no fp16 tensor cores (7.0+): fp16 runs on CUDA cores")
+
+
+# -- any device -----------------------------------------------------------------------------------
+
+def support(device: torch.device, precision: Precision) -> Support:
+    """How `device` runs `precision`. Reads device properties only: creates no CUDA context."""
+    if device.type == "cuda":
+        # Not torch.cuda.is_bf16_supported(): below 8.0 it makes a bf16 tensor to find out, which
+        # creates a CUDA context in whatever process asks (launchers, checks). torch's CUDA builds
+        # run bf16 on every GPU they support, through fp32 math before 8.0.
+        props = torch.cuda.get_device_properties(device)
+        return cuda_support(precision, (props.major, props.minor), props.name)
+    if device.type == "mps":
+        if precision.tf32:
+            return Support(UNSUPPORTED, "tf32 is a CUDA tensor-core mode")
+        if precision.compute_dtype == "bfloat16" and not _mps_bf16():
+            return Support(UNSUPPORTED, "bfloat16 on mps needs macOS 14 or newer")
+        return Support(NATIVE, f"{precision.compute_dtype} on the Apple GPU")
+    return cpu_support(precision)
+
+
+def _mps_bf16() -> bool:
+    check = getattr(torch.backends.mps, "is_macos_or_newer", None)
+    return bool(check and check(14, 0))
+
+
+def capability_table(device: torch.device) -> list[dict]:
+    """One line per precision: how `device` runs it and why (`bench sysinfo`)."""
+    return [{"precision": name, "support": s.level, "reason": s.reason}
+            for name, s in ((name, support(device, p)) for name, p in PRECISIONS.items())]
+
+
+def emulated_warning(precision: Precision, found: Support) -> str:
+    return (f"{precision.name} is emulated on this device: {found.reason}. It runs because you "
+            f"asked for it; its rows are marked emulated and are not a measure of the hardware's {precision.name}.")

@@ -1,0 +1,167 @@
+"""Which precisions a device runs natively: the real detection on this CPU (also as an AVX2-only CPU,
+through ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA), the rules for other CPUs and GPUs, the warning
+and row columns of an emulated run, and peaks that are never below fp32 (MFU never above 1)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bench_core import capability, efficiency, flops
+from bench_core.capability import EMULATED, NATIVE, UNSUPPORTED, CpuFacts, cpu_support, cuda_support
+from bench_core.precision import PRECISIONS
+
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+ON_X86 = os.uname().machine in ("x86_64", "AMD64")
+
+
+def bench(*argv, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench_core", *argv], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **env})
+
+
+def test_this_cpu_agrees_with_torchs_own_answer():
+    facts = capability.cpu_facts()
+    assert facts.torch_capability == torch.backends.cpu.get_cpu_capability()
+    table = {line["precision"]: line for line in capability.capability_table(torch.device("cpu"))}
+    assert set(table) == set(PRECISIONS)
+    assert table["fp32"]["support"] == NATIVE and table["tf32"]["support"] == UNSUPPORTED
+    for name, onednn in (("bf16", torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+                         ("amp-fp16", torch.ops.mkldnn._is_mkldnn_fp16_supported())):
+        if not onednn:  # torch itself says no: never native, whatever the flags
+            assert table[name]["support"] == EMULATED
+        assert table[name]["reason"]
+
+
+SPR = frozenset("avx2 avx512f avx512_bf16 amx_bf16 avx512_fp16 amx_tile".split())
+ZEN4 = frozenset("avx2 avx512f avx512_bf16".split())
+ZEN2 = frozenset("avx2 fma f16c".split())
+ICELAKE = frozenset("avx2 avx512f avx512bw avx512vl".split())
+
+
+@pytest.mark.parametrize("flags, capability_level, onednn, bf16, fp16", [
+    (SPR, "AVX512", (True, True), NATIVE, NATIVE),            # Intel with AMX
+    (ZEN4, "AVX512", (True, False), NATIVE, EMULATED),        # AMD, AVX-512 + AVX512_BF16
+    (ZEN2, "AVX2", (False, False), EMULATED, EMULATED),       # AMD, AVX2 only
+    (ICELAKE, "AVX512", (True, False), EMULATED, EMULATED),   # oneDNN "supports" bf16 by converting
+    (SPR, "AVX2", (False, False), EMULATED, EMULATED),        # the hardware has it, dispatch keeps torch off it
+])
+def test_cpu_rules_on_the_cpus_we_meet(flags, capability_level, onednn, bf16, fp16):
+    facts = CpuFacts("x86_64", flags, capability_level, *onednn, ())
+    assert cpu_support(PRECISIONS["amp-bf16"], facts).level == bf16
+    assert cpu_support(PRECISIONS["bf16"], facts).level == bf16
+    assert cpu_support(PRECISIONS["amp-fp16"], facts).level == fp16
+    assert cpu_support(PRECISIONS["fp32"], facts).level == NATIVE
+    if bf16 == EMULATED and "avx512_bf16" not in flags:
+        assert "no AVX512_BF16 or AMX-BF16" in cpu_support(PRECISIONS["amp-bf16"], facts).reason
+
+
+def test_arm_cpu_with_bf16_feature():
+    facts = CpuFacts("aarch64", frozenset("fp asimd asimdhp fphp bf16 sve".split()), "SVE256", True, True, ())
+    assert cpu_support(PRECISIONS["amp-bf16"], facts).level == NATIVE
+    assert cpu_support(PRECISIONS["fp16"], facts).level == NATIVE
+
+
+@pytest.mark.parametrize("cc, name, expected", [
+    ((7, 0), "Tesla V100-SXM2-16GB", {"fp32": NATIVE, "tf32": UNSUPPORTED, "amp-fp16": NATIVE, "amp-bf16": EMULATED}),
+    ((7, 5), "Tesla T4", {"tf32": UNSUPPORTED, "fp16": NATIVE, "bf16": EMULATED}),
+    ((8, 0), "NVIDIA A100-SXM4-80GB", {"tf32": NATIVE, "bf16": NATIVE, "amp-fp16": NATIVE}),
+    ((9, 0), "NVIDIA H100 80GB HBM3", {"tf32": NATIVE, "amp-bf16": NATIVE}),
+    ((6, 1), "Tesla P40", {"amp-fp16": EMULATED, "bf16": EMULATED}),
+])
+def test_cuda_rules_by_compute_capability(cc, name, expected):
+    for precision, level in expected.items():
+        found = cuda_support(PRECISIONS[precision], cc, name)
+        assert found.level == level, (precision, found)
+    assert cuda_support(PRECISIONS["bf16"], (6, 1), "Tesla P40", bf16_emulation=False).level == UNSUPPORTED
+
+
+def test_sysinfo_prints_the_precision_table(capsys):
+    from bench_core import cli
+    assert cli.main(["sysinfo", "--device", "cpu"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert set(lines) == set(PRECISIONS)
+    assert "native" in lines["fp32"] and "unsupported" in lines["tf32"]
+    assert cli.main(["sysinfo", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {p["precision"] for p in data["precisions"]} == set(PRECISIONS)
+    assert data["cpu_isa_dispatch"] == torch.backends.cpu.get_cpu_capability()
+
+
+@pytest.mark.skipif(not ON_X86, reason="ATEN_CPU_CAPABILITY=avx2 is an x86 dispatch level")
+def test_on_an_avx2_only_cpu_bf16_is_emulated_warned_marked_and_divided_by_the_fp32_peak(tmp_path):
+    """resnet18 inference in amp-bf16 as on an AVX2-only CPU: the real detection says emulated,
+    it runs with one warning line, its rows say so, and its peak (measured for real on the
+    autocast path) is never below fp32, so MFU stays at most 1."""
+    out = bench("run", "--model", "resnet18", "--precision", "amp-bf16", "--mode", "infer", "--width", "32",
+                "--height", "32", "--batch-size", "1", "--steps", "2", "--warmup-steps", "1", "--min-seconds", "0",
+                "--repeats", "2", "--device", "cpu", "--json", XDG_CACHE_HOME=str(tmp_path), **AVX2_ONLY)
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "amp-bf16 is emulated" in warnings[0], out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for row in rows:
+        assert row["precision_support"] == EMULATED and "bf16 is emulated" in row["precision_support_reason"]
+        assert row["cpu_isa_dispatch"] == "AVX2" and "ONEDNN_MAX_CPU_ISA=AVX2" in row["cpu_dispatch_env"]
+        assert row["mfu"] is None or 0 < row["mfu"] <= 1
+    cache = json.loads((tmp_path / "notebook-bench" / "cpu_peak.json").read_text())
+    assert len(cache) == 2 and all(flops.PEAK_METHOD in key and "AVX2" in key for key in cache)
+    fp32 = next(v for k, v in cache.items() if "| float32 |" in k)
+    assert rows[0]["peak_tflops"] >= fp32["tflops"] > 0
+    if rows[0]["peak_tflops"] == fp32["tflops"]:
+        assert rows[0]["peak_source"].startswith("the fp32 peak held: autocast bfloat16 reached only")
+
+
+def test_a_native_run_has_no_warning_and_says_native():
+    from bench_core import run_benchmark
+    from conftest import tiny
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = run_benchmark(tiny(mode="infer"))
+    assert rows[0]["status"] == "ok" and rows[0]["precision_support"] == NATIVE
+    assert rows[0]["cpu_isa_dispatch"] == torch.backends.cpu.get_cpu_capability()
+    assert not [w for w in caught if "emulated" in str(w.message)]
+
+
+def test_a_native_reduced_precision_peak_is_measured_on_its_own_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fp32, amp = flops.cpu_peak("fp32", 1), flops.cpu_peak("amp-bf16", 1)
+    assert amp.tflops >= fp32.tflops
+    assert "autocast bfloat16" in amp.source or amp.source.startswith("the fp32 peak held: ")
+
+
+def test_an_old_cached_peak_is_not_reused(tmp_path, monkeypatch):
+    """v1 cached a 512x512 mm per dtype; its entries must not be read as today's peaks."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from bench_core.environment import cpu_model
+    old = {f"{cpu_model()} | torch {torch.__version__} | 1 threads | float32":
+           {"tflops": 1e-6, "n": 512, "dtype": "float32", "threads": 1, "repeats": 3,
+            "measured_at": "2026-01-01T00:00:00+00:00"}}
+    flops.cache_path().parent.mkdir(parents=True)
+    flops.cache_path().write_text(json.dumps(old))
+    assert flops.cpu_peak("fp32", 1, measure=False).tflops is None
+
+
+def measured_row(**values):
+    row = {"device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "precision": "amp-bf16", "world_size": 1,
+           "samples_per_s": 1000.0, "samples_per_s_per_device": 1000.0, "timed_s": 5.0, "flops_per_sample": 1e9,
+           "step_time_cv": 0.01}
+    row.update(values)
+    return row
+
+
+def test_an_mfu_above_1_is_never_shown_and_the_flag_carries_it(tiny_config):
+    out = efficiency.derive(measured_row(flops_per_sample=400e9), tiny_config())  # 400 TFLOP/s > 312 peak
+    assert out["mfu"] is None and out["mfu_rejected"] == pytest.approx(400 / 312)
+    assert "mfu-above-1(1.28 > 1" in out["noise_flags"]
+    fine = efficiency.derive(measured_row(), tiny_config())
+    assert fine["mfu"] == pytest.approx(1 / 312) and fine.get("mfu_rejected") is None
+
+
+def test_a_gpu_without_bf16_tensor_cores_is_divided_by_its_fp32_peak():
+    peak = flops.gpu_peak("Tesla V100-SXM2-16GB", "amp-bf16")
+    assert peak.tflops == 15.7 and peak.source.startswith("the fp32 peak")
