@@ -11,24 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench_core.errors import ConfigError  # noqa: F401 - re-exported: callers import it from config too
+
 MODES = ("train", "infer")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
 DEFAULT_MAX_BATCH = 4096     # the search's default cap
 SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
-
-
-class ConfigError(ValueError):
-    """A bad input: one line that names the field and what is allowed."""
-
-    def __init__(self, field_name: str, problem: str):
-        # Keys and values come from users: keep the message on one printable line.
-        self.field = field_name if field_name.isidentifier() else repr(field_name)
-        problem = problem.replace("\r", "\\r").replace("\n", "\\n")
-        super().__init__(f"{self.field}: {problem}")
-
-
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
 # calls: with fewer warm-up steps that lands in the timed window, and in DDP agree_steps would
 # estimate the step time from a compile step.

@@ -15,7 +15,7 @@ import torch
 
 from bench_core import capability
 from bench_core.capability import Support
-from bench_core.config import ConfigError
+from bench_core.errors import ConfigError
 from bench_core.precision import Precision
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

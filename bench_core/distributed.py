@@ -327,7 +327,7 @@ def launch(cfg, progress=None, *, workdir: str | Path | None = None, timeout_s: 
 
     More workers than devices is a ConfigError before anything starts.
     """
-    from bench_core.config import ConfigError
+    from bench_core.errors import ConfigError
     from bench_core.devices import check_device_count, resolve_device
     resolve_device(cfg.device)
     check_device_count(cfg)

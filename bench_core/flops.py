@@ -294,7 +294,7 @@ on first use."""
 
 
 def main_peak(args) -> int:
-    from bench_core.config import ConfigError
+    from bench_core.errors import ConfigError
     from bench_core.devices import Backend, resolve_device, validate_device_name
     from bench_core.precision import resolve_precision
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from bench_core.config import ConfigError
+from bench_core.errors import ConfigError
 
 TASKS = ("classification", "segmentation", "detection", "volumetric")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench_core.config import ConfigError
+from bench_core.errors import ConfigError
 
 
 class EmulatedPrecisionWarning(UserWarning):

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench_core.config import ConfigError
+from bench_core.errors import ConfigError
 
 SUMMARY_NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "summary.ipynb"
 HIDDEN_TAGS = {"parameters", "injected-parameters"}  # the report reader has no use for them
