@@ -23,8 +23,10 @@ RUN_PARAMETERS = ("out_dir", "run_name", "force")
 # A configuration is complete when every row of it has one of these statuses: re-running
 # cannot change an 'unsupported' (the device lacks the precision), so it is not redone.
 COMPLETE_STATUSES = ("ok", "unsupported")
-# Fields that may be lists in one execution (every mode x batch size of one configuration).
-LIST_FIELDS = ("mode", "batch_size")
+# Fields that may be lists in one execution: every precision x mode x batch size of one model on
+# one device. They share a process safely: each run sets the process-wide numerics knobs (TF32,
+# cudnn.benchmark) it needs, records what it read back and restores them when it closes.
+LIST_FIELDS = ("precision", "mode", "batch_size")
 
 
 @dataclass
@@ -91,7 +93,7 @@ def _is_machinery(value: Any) -> bool:
 
 
 def expand(values: dict[str, Any]) -> list[BenchConfig]:
-    """BenchConfigs for every mode x batch size; `mode` and `batch_size` may be single values or lists."""
+    """BenchConfigs for every precision x mode x batch size; each of the three may be a single value or a list."""
     if not isinstance(values, dict):
         raise ConfigError("config", f"must be a mapping of field names to values, got {type(values).__name__}")
     lists = []
@@ -104,8 +106,8 @@ def expand(values: dict[str, Any]) -> list[BenchConfig]:
         else:
             lists.append([value])
     configs, seen = [], set()
-    for mode, batch_size in itertools.product(*lists):
-        cfg = BenchConfig.from_dict({**values, "mode": mode, "batch_size": batch_size})
+    for combination in itertools.product(*lists):
+        cfg = BenchConfig.from_dict({**values, **dict(zip(LIST_FIELDS, combination))})
         if cfg.config_hash() not in seen:  # 'train' and 'Train' are one configuration
             seen.add(cfg.config_hash())
             configs.append(cfg)

@@ -2,9 +2,10 @@
 
 The whole file is validated first (every BenchConfig built, every device resolved): a bad key
 or value is one line and exit 2, before anything is written. Then one papermill execution per
-(device, model, precision) -- all modes and batch sizes of it share one kernel; precisions get
-their own, since their numerics knobs (TF32, cuDNN) are process-wide -- each kept as
-DIR/runs/<run_name>/benchmark.ipynb beside its rows.json; DIR/results.csv gathers every row.
+(device, model) -- all its precisions, modes and batch sizes share one kernel (each run sets and
+restores the process-wide numerics knobs it needs), so the kernel start, imports and the device's
+context are paid once per model -- each kept as DIR/runs/<run_name>/benchmark.ipynb beside its
+rows.json; DIR/results.csv gathers every row.
 
 Each execution runs in a child process (`python -m bench_core.sweep --child SPEC`) started in a
 session of its own, because that makes every failure mode killable and classifiable:
@@ -60,20 +61,20 @@ RUNNING_MARK = ".running"  # in a run directory while its execution runs; left b
 
 @dataclass
 class Execution:
-    """One papermill execution: every mode x batch size of one (device, model, precision, ...)."""
+    """One papermill execution: every precision x mode x batch size of one (device, model, ...)."""
     run_name: str
     configs: list[BenchConfig]
 
     def parameters(self, out_dir: Path, force: bool) -> dict[str, Any]:
         values = self.configs[0].to_dict()
-        values["mode"] = _unique(cfg.mode for cfg in self.configs)
-        values["batch_size"] = _unique(cfg.batch_size for cfg in self.configs)
+        for name in LIST_FIELDS:
+            values[name] = _unique(getattr(cfg, name) for cfg in self.configs)
         return {**values, "out_dir": str(out_dir), "run_name": self.run_name, "force": force}
 
     @property
     def label(self) -> str:
         first = self.configs[0]
-        return f"{first.model} {first.precision} on {first.device}"
+        return f"{first.model} {'/'.join(_unique(c.precision for c in self.configs))} on {first.device}"
 
 
 @dataclass
@@ -252,10 +253,10 @@ def _config(values: dict, chosen: dict, settings: dict) -> BenchConfig:
 
 
 def plan_executions(configs: list[BenchConfig]) -> list[Execution]:
-    """Group configurations that differ only in mode and batch size into one execution.
+    """Group configurations that differ only in precision, mode and batch size into one execution.
 
-    The template runs every mode x batch size it is given; a group that is not such a product
-    (e.g. train at 32 and infer at 64) becomes one execution per mode.
+    The template runs every precision x mode x batch size it is given; a group that is not such a
+    product (e.g. train at 32 and infer at 64) is split by precision, then by mode, until it is.
     """
     groups: dict[str, list[BenchConfig]] = {}
     for cfg in configs:
@@ -263,13 +264,18 @@ def plan_executions(configs: list[BenchConfig]) -> list[Execution]:
         groups.setdefault(key, []).append(cfg)
     executions = []
     for group in groups.values():
-        modes, sizes = _unique(c.mode for c in group), _unique(c.batch_size for c in group)
-        if len(modes) * len(sizes) == len(group):
-            parts = [group]
-        else:
-            parts = [[c for c in group if c.mode == mode] for mode in modes]
+        parts = [group]
+        for name in ("precision", "mode"):
+            if all(_is_product(part) for part in parts):
+                break
+            parts = [[c for c in part if getattr(c, name) == value]
+                     for part in parts for value in _unique(getattr(c, name) for c in part)]
         executions += [Execution(run_name=_run_name(part), configs=part) for part in parts]
     return executions
+
+
+def _is_product(configs: list[BenchConfig]) -> bool:
+    return math.prod(len(_unique(getattr(c, name) for c in configs)) for name in LIST_FIELDS) == len(configs)
 
 
 def _run_name(configs: list[BenchConfig]) -> str:
@@ -279,7 +285,8 @@ def _run_name(configs: list[BenchConfig]) -> str:
     first = configs[0]
     digest = hashlib.sha256(" ".join(sorted(c.config_hash() for c in configs)).encode()).hexdigest()[:8]
     device = str(resolve_device(first.device))
-    return safe_name(f"{device}-{first.model}-{first.precision}-{digest}")
+    precisions = "-".join(_unique(c.precision for c in configs))
+    return safe_name(f"{device}-{first.model}-{precisions}-{digest}")
 
 
 def _unique(values) -> list:

@@ -153,8 +153,8 @@ def test_shipped_sweep_files_are_valid():
         path = ROOT / "params" / f"{name}.yaml"
         plan = load_sweep(path)
         assert plan.configs and plan.executions, path
-        for execution in plan.executions:  # one execution per (device, model, precision, shape)
-            assert len({(c.device, c.model, c.precision) for c in execution.configs}) == 1
+        for execution in plan.executions:  # one execution per (device, model, shape)
+            assert len({(c.device, c.model, c.width, c.height, c.depth) for c in execution.configs}) == 1
 
 
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -201,6 +201,25 @@ def test_grid_list_gives_the_union_and_executions_group_modes_and_batch_sizes(tm
     sizes = sorted(len(e.configs) for e in plan.executions)
     assert sizes == [1, 1, 4]  # resnet18: 2 modes x 2 sizes share a kernel; mobilenet's pairs are no product
     assert len({e.run_name for e in plan.executions}) == 3
+
+
+def test_precisions_of_one_model_share_an_execution_unless_that_breaks_the_product(tmp_path):
+    path = tmp_path / "prec.yaml"
+    path.write_text(yaml.safe_dump({"name": "prec", "settings": {"device": "cpu", "width": 32, "height": 32}, "grid": [
+        {"model": "resnet18", "precision": ["fp32", "amp-bf16"], "mode": ["train", "infer"]},
+        {"model": "mobilenet_v3_large", "precision": "fp32", "mode": ["train", "infer"]},
+        {"model": "mobilenet_v3_large", "precision": "bf16", "mode": "infer"}]}))
+    plan = load_sweep(path)
+    by_model = {}
+    for execution in plan.executions:
+        by_model.setdefault(execution.configs[0].model, []).append(execution)
+    (resnet,) = by_model["resnet18"]  # 2 precisions x 2 modes: one kernel
+    assert sorted((c.precision, c.mode) for c in resnet.configs) == [
+        ("amp-bf16", "infer"), ("amp-bf16", "train"), ("fp32", "infer"), ("fp32", "train")]
+    assert resnet.parameters(tmp_path, False)["precision"] == ["fp32", "amp-bf16"]
+    assert resnet.label == "resnet18 fp32/amp-bf16 on cpu"
+    # fp32 train+infer and bf16 infer alone are no product: split by precision
+    assert sorted(len(e.configs) for e in by_model["mobilenet_v3_large"]) == [1, 2]
 
 
 def test_template_parameters_mirror_benchconfig():
