@@ -13,11 +13,22 @@ TINY_FLAGS = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch
 
 
 def bench(*args, cwd=None):
+    """The installed entry point in a process of its own (exit codes and output as a shell sees them)."""
     return subprocess.run([sys.executable, "-m", "bench_core", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
 
 
-def test_run_prints_a_table_and_writes_rows(tmp_path):
+def bench_here(capsys, *args) -> subprocess.CompletedProcess:
+    """The same `bench` main in this process (no second torch import): exit code, stdout, stderr."""
+    try:
+        code = bench_main(list(args))
+    except SystemExit as stop:  # argparse's --help and usage errors
+        code = stop.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_run_prints_a_table_and_writes_rows(tmp_path, capsys):
     out = tmp_path / "quick"
     proc = bench("run", *TINY_FLAGS, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -27,20 +38,20 @@ def test_run_prints_a_table_and_writes_rows(tmp_path):
     runs = list((out / "runs").iterdir())
     assert len(runs) == 1 and len(json.loads((runs[0] / "rows.json").read_text())) == 2
     # a second run appends, never overwrites
-    assert bench("run", *TINY_FLAGS, "--mode", "infer", "--out", str(out)).returncode == 0
+    assert bench_here(capsys, "run", *TINY_FLAGS, "--mode", "infer", "--out", str(out)).returncode == 0
     assert len((out / "results.csv").read_text().splitlines()) == 5
 
 
-def test_json_output_is_the_rows():
-    proc = bench("run", *TINY_FLAGS, "--json", "--repeats", "1")
+def test_json_output_is_the_rows(capsys):
+    proc = bench_here(capsys, "run", *TINY_FLAGS, "--json", "--repeats", "1")
     rows = json.loads(proc.stdout)
     assert proc.returncode == 0 and rows[0]["status"] == "ok" and rows[0]["model"] == "resnet18"
 
 
-def test_a_failed_run_exits_non_zero_with_its_row(tmp_path):
+def test_a_failed_run_exits_non_zero_with_its_row(tmp_path, capsys):
     # fp16 overflow of a real model is provoked in test_engine; here: an OOM-free failure path,
     # an exception inside the model (torchvision model given an input it cannot take).
-    proc = bench("run", *TINY_FLAGS, "--model", "torchvision:inception_v3", "--out", str(tmp_path / "o"))
+    proc = bench_here(capsys, "run", *TINY_FLAGS, "--model", "torchvision:inception_v3", "--out", str(tmp_path / "o"))
     assert proc.returncode == 1
     rows = json.loads(next((tmp_path / "o" / "runs").iterdir()).joinpath("rows.json").read_text())
     assert rows[0]["status"] == "error" and rows[0]["message"]
@@ -68,34 +79,34 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, fi
     assert not out.exists()
 
 
-def test_malformed_yaml_and_unknown_key_in_config_file(tmp_path):
+def test_malformed_yaml_and_unknown_key_in_config_file(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: resnet18\nbatch_size: [1, 2\n")
-    proc = bench("run", "--config", str(bad), "--out", str(tmp_path / "o"))
+    proc = bench_here(capsys, "run", "--config", str(bad), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "config:" in proc.stderr and "line" in proc.stderr
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("model: resnet18\nbatchsize: 4\n")
-    proc = bench("run", "--config", str(unknown), "--out", str(tmp_path / "o"))
+    proc = bench_here(capsys, "run", "--config", str(unknown), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "batchsize: unknown key" in proc.stderr and "batch_size" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
 
 
-def test_config_file_with_flag_override(tmp_path):
+def test_config_file_with_flag_override(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("".join(f"{k}: {v}\n" for k, v in TINY.items()) + "repeats: 1\n")
-    proc = bench("run", "--config", str(cfg), "--mode", "infer", "--json")
+    proc = bench_here(capsys, "run", "--config", str(cfg), "--mode", "infer", "--json")
     row = json.loads(proc.stdout)[0]
     assert proc.returncode == 0 and row["mode"] == "infer" and row["repeats"] == 1
 
 
-def test_unknown_flag_is_one_line():
-    proc = bench("run", "--batchsize", "4")
+def test_unknown_flag_is_one_line(capsys):
+    proc = bench_here(capsys, "run", "--batchsize", "4")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_sysinfo_and_help():
-    info = json.loads(bench("sysinfo", "--json").stdout)
+def test_sysinfo_and_help(capsys):
+    info = json.loads(bench_here(capsys, "sysinfo", "--json").stdout)
     assert info["torch_version"] and info["cpu_count"] >= 1 and "git_commit" in info
-    help_text = bench("run", "--help").stdout
+    help_text = bench_here(capsys, "run", "--help").stdout
     assert "examples:" in help_text and "--batch-size" in help_text and "--precision" in help_text

@@ -157,8 +157,8 @@ def test_a_failing_worker_ends_the_run_with_its_error(fault, status, says, tmp_p
 def test_a_stuck_run_is_killed_at_the_launch_limit_leaving_no_process(tmp_path, monkeypatch):
     monkeypatch.setenv(distributed.FAULT_ENV, "hang-rank-1")
     cfg = tiny(nproc_per_node=2, dist_timeout_s=600)  # collectives would wait 10 minutes
-    (row,) = distributed.launch(cfg, workdir=tmp_path, timeout_s=20)
-    assert row["status"] == "timeout" and "20 s launch limit" in row["message"]
+    (row,) = distributed.launch(cfg, workdir=tmp_path, timeout_s=12)
+    assert row["status"] == "timeout" and "12 s launch limit" in row["message"]
     assert not _leftovers(tmp_path)
 
 
