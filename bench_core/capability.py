@@ -137,10 +137,69 @@ def cuda_support(precision: Precision, capability: tuple[int, int], name: str,
     return Support(EMULATED, f"{name} ({cc}) has no fp16 tensor cores (7.0+): fp16 runs on CUDA cores")
 
 
+# The ISA and oneDNN's checks say what torch *can* use; some kernels still fall back to generic
+# code (torch 2.14 on a Sapphire Rapids Xeon: fp16 convolution backward ~90x slower than fp32,
+# forward as fast). So a reduced precision the checks call native is also timed on a small conv +
+# linear block against fp32, in the mode asked for: SLOW_FACTOR slower or more is emulated.
+SLOW_FACTOR = 3.0
+
+
+@functools.cache
+def cpu_slowdown(precision_name: str, mode: str) -> float:
+    """How many times slower than fp32 a small conv + linear block runs in `precision_name` on
+    this CPU: forward for infer, forward and backward for train (best of 5, about 0.1 s)."""
+    import time
+
+    from bench_core.precision import resolve_precision
+    prec = resolve_precision(precision_name)
+    torch.manual_seed(0)
+
+    def best_s(dtype, autocast_dtype) -> float:
+        block = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.Flatten(),
+                                    torch.nn.Linear(32 * 8 * 8, 256)).to(dtype)
+        x = torch.randn(4, 32, 8, 8, dtype=dtype, requires_grad=mode == "train")
+
+        def step():
+            with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                y = block(x)
+            if mode == "train":
+                y.float().sum().backward()
+        times = []
+        with torch.inference_mode(mode != "train"):
+            step()  # kernel selection, allocation
+            for _ in range(5):
+                start = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - start)
+        return min(times)
+
+    cast = getattr(torch, prec.cast_dtype) if prec.cast_dtype else torch.float32
+    autocast = getattr(torch, prec.autocast_dtype) if prec.autocast_dtype else None
+    return best_s(cast, autocast) / best_s(torch.float32, None)
+
+
+def _measured_cpu_support(precision: Precision, mode: str) -> Support:
+    found = cpu_support(precision)
+    if found.level != NATIVE or precision.compute_dtype == "float32":
+        return found
+    short = {"bfloat16": "bf16", "float16": "fp16"}[precision.compute_dtype]
+    slow = cpu_slowdown(precision.name, mode)
+    if slow < SLOW_FACTOR:
+        return found
+    other = "infer" if mode == "train" else "train"
+    other_slow = cpu_slowdown(precision.name, other)
+    also = (f"; in {other} it runs {other_slow:.1f}x the fp32 time (native)" if other_slow < SLOW_FACTOR
+            else "")
+    return Support(EMULATED, f"torch's checks say {found.reason}, but in {mode} a {short} conv + linear block "
+                             f"takes {slow:.0f}x the fp32 time here: some of torch's {short} kernels for it are "
+                             f"generic code, so {short} {mode} is emulated{also}")
+
+
 # -- any device -----------------------------------------------------------------------------------
 
-def support(device: torch.device, precision: Precision) -> Support:
-    """How `device` runs `precision`. Reads device properties only: creates no CUDA context."""
+def support(device: torch.device, precision: Precision, mode: str = "train") -> Support:
+    """How `device` runs `precision` in `mode` (train, the stricter, by default). Reads device
+    properties only (and times a small block on the CPU): creates no CUDA context."""
     if device.type == "cuda":
         # Not torch.cuda.is_bf16_supported(): below 8.0 it makes a bf16 tensor to find out, which
         # creates a CUDA context in whatever process asks (launchers, checks). torch's CUDA builds
@@ -153,7 +212,7 @@ def support(device: torch.device, precision: Precision) -> Support:
         if precision.compute_dtype == "bfloat16" and not _mps_bf16():
             return Support(UNSUPPORTED, "bfloat16 on mps needs macOS 14 or newer")
         return Support(NATIVE, f"{precision.compute_dtype} on the Apple GPU")
-    return cpu_support(precision)
+    return _measured_cpu_support(precision, mode)
 
 
 def _mps_bf16() -> bool:
@@ -162,7 +221,7 @@ def _mps_bf16() -> bool:
 
 
 def capability_table(device: torch.device) -> list[dict]:
-    """One line per precision: how `device` runs it and why (`bench sysinfo`)."""
+    """One line per precision: how `device` runs it in training and why (`bench sysinfo`)."""
     return [{"precision": name, "support": s.level, "reason": s.reason}
             for name, s in ((name, support(device, p)) for name, p in PRECISIONS.items())]
 

@@ -241,9 +241,9 @@ class Backend:
         return 1
 
     # -- precision -------------------------------------------------------------
-    def support(self, precision: Precision) -> Support:
-        """native, emulated or unsupported, with the reason (bench_core.capability)."""
-        return capability.support(self.device, precision)
+    def support(self, precision: Precision, mode: str = "train") -> Support:
+        """native, emulated or unsupported in `mode`, with the reason (bench_core.capability)."""
+        return capability.support(self.device, precision, mode)
 
     def unsupported_reason(self, precision: Precision) -> str | None:
         found = self.support(precision)

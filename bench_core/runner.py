@@ -112,7 +112,7 @@ class Session:
         run.update(environment.collect(device))
         run.update(device_type=device.type, device_name=backend.device_name(), device_count=backend.device_count(),
                    world_size=ctx.world_size, dist_backend=ctx.backend or None)
-        found = backend.support(self.precision)
+        found = backend.support(self.precision, cfg.mode)
         run.update(precision_support=found.level, precision_support_reason=found.reason)
         if not found.runs:
             self.failure = _failure_row(run, "unsupported", found.reason)

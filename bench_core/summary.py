@@ -256,7 +256,8 @@ def emulation_notes(res: Results, speedups: pd.DataFrame) -> list[str]:
     for d in res.dirs:
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             for skip in json.loads((d / "plan.json").read_text()).get("skipped") or []:
-                lines.append(f"{d.name}: {skip['precision']} was not run on {skip['device']} "
+                what = " ".join(filter(None, (skip["precision"], skip.get("mode"))))  # mode: since schema v3
+                lines.append(f"{d.name}: {what} was not run on {skip['device']} "
                              f"({skip['configurations']} configurations): {skip['reason']}.")
     return lines
 

@@ -177,24 +177,25 @@ def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig
     from bench_core.precision import resolve_precision
     found: dict[tuple[str, str], Any] = {}
     for cfg in configs:
-        key = (cfg.device, cfg.precision)
+        key = (cfg.device, cfg.precision, cfg.mode)
         if key not in found:
-            found[key] = Backend.for_device(resolve_device(cfg.device)).support(resolve_precision(cfg.precision))
+            backend = Backend.for_device(resolve_device(cfg.device))
+            found[key] = backend.support(resolve_precision(cfg.precision), cfg.mode)
     notes, skipped = [], []
-    for (device, precision), support in found.items():
+    for (device, precision, mode), support in found.items():
         if support.level != EMULATED:
             continue
-        count = sum(1 for c in configs if (c.device, c.precision) == (device, precision))
+        count = sum(1 for c in configs if (c.device, c.precision, c.mode) == (device, precision, mode))
         if policy == "skip":
-            notes.append(f"{precision} is emulated on {device}, so its {count} configuration(s) are left out "
+            notes.append(f"{precision} {mode} is emulated on {device}, so its {count} configuration(s) are left out "
                          f"(emulated: skip): {support.reason}")
-            skipped.append({"device": device, "precision": precision, "configurations": count,
+            skipped.append({"device": device, "precision": precision, "mode": mode, "configurations": count,
                             "reason": support.reason})
         else:
-            notes.append(f"{precision} is emulated on {device}: its {count} configuration(s) run slowly and are "
-                         f"marked emulated: {support.reason}")
-    left_out = {(s["device"], s["precision"]) for s in skipped}
-    kept = [c for c in configs if (c.device, c.precision) not in left_out]
+            notes.append(f"{precision} {mode} is emulated on {device}: its {count} configuration(s) run slowly and "
+                         f"are marked emulated: {support.reason}")
+    left_out = {(s["device"], s["precision"], s["mode"]) for s in skipped}
+    kept = [c for c in configs if (c.device, c.precision, c.mode) not in left_out]
     return kept, notes, skipped
 
 

@@ -58,6 +58,27 @@ def test_cpu_rules_on_the_cpus_we_meet(flags, capability_level, onednn, bf16, fp
         assert "no AVX512_BF16 or AMX-BF16" in cpu_support(PRECISIONS["amp-bf16"], facts).reason
 
 
+def test_a_precision_native_by_the_checks_but_timed_slow_is_emulated_in_that_mode(monkeypatch):
+    """The real timing of a small conv + linear block decides, per mode, against SLOW_FACTOR."""
+    import torch
+
+    from bench_core import capability
+    cpu = torch.device("cpu")
+    checked = [name for name in ("amp-bf16", "bf16", "amp-fp16", "fp16")
+               if cpu_support(PRECISIONS[name]).level == NATIVE]
+    if not checked:
+        pytest.skip("no reduced precision is native by torch's checks on this CPU (AVX2-only dispatch)")
+    name = checked[0]
+    assert capability.cpu_slowdown(name, "train") > 0 and capability.cpu_slowdown(name, "infer") > 0
+    monkeypatch.setattr(capability, "SLOW_FACTOR", float("inf"))  # nothing is slow enough
+    assert capability.support(cpu, PRECISIONS[name], "train").level == NATIVE
+    monkeypatch.setattr(capability, "SLOW_FACTOR", 0.0)  # every measured path counts as slow
+    for mode in ("train", "infer"):
+        found = capability.support(cpu, PRECISIONS[name], mode)
+        assert found.level == EMULATED and f"in {mode} a" in found.reason and "the fp32 time here" in found.reason
+    assert capability.support(cpu, PRECISIONS["fp32"], "train").level == NATIVE  # fp32 is the yardstick
+
+
 def test_arm_cpu_with_bf16_feature():
     facts = CpuFacts("aarch64", frozenset("fp asimd asimdhp fphp bf16 sve".split()), "SVE256", True, True, ())
     assert cpu_support(PRECISIONS["amp-bf16"], facts).level == NATIVE
