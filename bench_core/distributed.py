@@ -500,6 +500,12 @@ def _collect(cfg, work: Path, outcome: _Outcome, limit_s: float) -> list[dict]:
     # A rank that lost its peer ("connection reset by peer") reports a symptom: the cause is
     # the earliest other error, else the rank torchrun saw die without one (a hard crash).
     causes = [r for r in errors.values() if not _is_peer_loss(r["message"] or "")]
+    if not causes:
+        # torchrun may observe the rank that lost its peer first: a rank that failed without
+        # leaving an error (exit code, signal) is still the cause.
+        silent = [failure for failure in _failures(outcome.tail) if failure[0] not in errors]
+        if silent:
+            root_rank, root_local_rank, exitcode = silent[0]
     hard_death = root_rank is not None and root_rank not in errors and not causes
     record = None if hard_death else min(causes or errors.values(), key=lambda r: r["time"], default=None)
     if outcome.timed_out:
@@ -541,6 +547,12 @@ def _root_cause(lines: list[str]) -> tuple[int | None, int | None, int | None]:
     if not rank:
         return None, None, None
     return int(rank.group(1)), int(rank.group(2)), (int(code.group(1)) if code else None)
+
+
+def _failures(lines: list[str]) -> list[tuple[int, int, int]]:
+    """Every failed rank torchrun lists (Failures and Root Cause blocks): rank, local rank, exit code."""
+    found = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)", "\n".join(lines))
+    return [(int(rank), int(local), int(code)) for rank, local, code in found]
 
 
 def _torchrun_message(cfg, outcome: _Outcome, rank: int | None, local_rank: int | None, exitcode: int | None,

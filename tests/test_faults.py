@@ -81,6 +81,13 @@ def statuses(run_dir: Path) -> list[str]:
     return [r["status"] for r in results.read_run(run_dir) or []]
 
 
+def _csv_rows(out: Path) -> int:
+    try:
+        return len(pd.read_csv(out / "results.csv"))
+    except (OSError, ValueError):
+        return 0
+
+
 def assert_store_intact(out: Path) -> pd.DataFrame:
     """Every rows.json parses and results.csv is exactly their rows: nothing truncated or lost."""
     from_json = [row for rows_file in out.glob("runs/*/rows.json") for row in json.loads(rows_file.read_text())]
@@ -99,7 +106,9 @@ def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path):
     proc = start_sweep(str(sweep), "--out", str(out))
     try:
         # Kill the sweep while the second execution measures its second configuration.
-        wait_for(lambda: statuses(first) == ["ok"] and statuses(second) == ["ok", "ok"], what="infer rows")
+        # (rows.json is written first, results.csv rebuilt from it just after: wait for both)
+        wait_for(lambda: statuses(first) == ["ok"] and statuses(second) == ["ok", "ok"] and
+                 _csv_rows(out) == 3, what="infer rows")
         proc.kill()  # SIGKILL: no clean-up code runs in the sweep
         proc.communicate(timeout=30)
     finally:
