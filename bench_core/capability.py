@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from bench_core.precision import PRECISIONS, Precision
+from bench_core.workload.precision import PRECISIONS, Precision
 
 NATIVE, EMULATED, UNSUPPORTED = "native", "emulated", "unsupported"
 # ISA flags (as /proc/cpuinfo spells them) that make a dtype's matmul/conv native.
@@ -150,7 +150,7 @@ def cpu_slowdown(precision_name: str, mode: str) -> float:
     this CPU: forward for infer, forward and backward for train (best of 5, about 0.1 s)."""
     import time
 
-    from bench_core.precision import resolve_precision
+    from bench_core.workload.precision import resolve_precision
     prec = resolve_precision(precision_name)
     torch.manual_seed(0)
 

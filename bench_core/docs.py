@@ -58,8 +58,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def params_reference() -> str:
     """Every BenchConfig field: YAML key, CLI flag, type, default, allowed values, meaning."""
-    from bench_core.cli import config_flag
-    from bench_core.config import BenchConfig
+    from bench_core.cli.common import config_flag
+    from bench_core.config.schema import BenchConfig
 
     rows = []
     for f in dataclasses.fields(BenchConfig):
@@ -81,7 +81,7 @@ def params_reference() -> str:
 
 def schema_reference() -> str:
     """Every result column with its description, in CSV order."""
-    from bench_core.results import SCHEMA_VERSION, STATUSES, schema
+    from bench_core.results.rows import SCHEMA_VERSION, STATUSES, schema
 
     rows = [[str(i), _code(name), _cell(desc)] for i, (name, desc) in enumerate(schema(), start=1)]
     intro = (f"Schema version {SCHEMA_VERSION}. One row per repeat (or one row saying why a run did not "
@@ -92,7 +92,7 @@ def schema_reference() -> str:
 
 def models_reference() -> str:
     """The model registry (`bench models`)."""
-    from bench_core.models import model_table
+    from bench_core.workload.models import model_table
 
     rows = []
     for m in model_table():
@@ -104,7 +104,7 @@ def models_reference() -> str:
 
 def precisions_reference() -> str:
     """Each precision name with exactly one meaning, and the seed projects' spellings."""
-    from bench_core.precision import ALIASES, PRECISIONS
+    from bench_core.workload.precision import ALIASES, PRECISIONS
 
     rows = [[_code(p.name), _cell(p.description), p.cast_dtype or "float32", p.autocast_dtype or "",
              "yes" if p.grad_scaler else "", "yes" if p.tf32 else ""] for p in PRECISIONS.values()]
@@ -175,7 +175,7 @@ def stale_sections(text: str) -> list[str]:
 # -- CLI ------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from bench_core.cli import OneLineParser
+    from bench_core.cli.common import OneLineParser
     parser = OneLineParser(
         prog="python -m bench_core.docs", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Print the generated reference sections, or refresh / check them in a markdown file.",
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         new = update(text)
         if new != text:
-            from bench_core.results import atomic_write_text
+            from bench_core.files import atomic_write_text
             atomic_write_text(path, new)
         print(f"{path}: {'rewrote' if new != text else 'already current'}: {', '.join(section_names(text))}")
         return EXIT_OK

@@ -14,3 +14,8 @@ class ConfigError(ValueError):
         self.field = field_name if field_name.isidentifier() else repr(field_name)
         problem = problem.replace("\r", "\\r").replace("\n", "\\n")
         super().__init__(f"{self.field}: {problem}")
+
+
+# Exit codes of every `bench` command: 0 all rows ok; 1 a run or configuration failed (its rows
+# are written); 2 bad input (one line on stderr, nothing written); 130 interrupted.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from bench_core import BenchConfig, run_benchmark
-from bench_core.models import resolve_model
+from bench_core.workload.models import resolve_model
 
 
 def hand_loop(cfg: BenchConfig) -> float:

@@ -17,7 +17,9 @@ import time
 
 import torch
 
-from bench_core import BenchConfig, run_benchmark, telemetry
+from bench_core import BenchConfig, run_benchmark
+
+from bench_core.measure import telemetry
 from bench_core.devices import Backend
 
 RealSampler = telemetry.Sampler

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from bench_core import BenchConfig, run_benchmark
-from bench_core.capacity import RatioEstimate, find_max_batch, parse_overrides, run_at_max_batch
+from bench_core.scenarios.compare import RatioEstimate, parse_overrides
+from bench_core.launch.batch_search import find_max_batch, run_at_max_batch
 from bench_core.cli import main as bench
 from bench_core.config import ConfigError
-from bench_core.models import ModelSpec, register_model
+from bench_core.workload.models import ModelSpec, register_model
 
 
 
@@ -76,7 +77,7 @@ CAPPED_CHILD = textwrap.dedent("""
     # (torch's CPU allocator and BLAS) is what this test is about.
     torch.backends.mkldnn.enabled = False
     from bench_core import BenchConfig, run_benchmark
-    from bench_core.capacity import PROBE_SETTINGS, find_max_batch
+    from bench_core.launch.batch_search import PROBE_SETTINGS, find_max_batch
 
     def vm_peak_bytes():
         return int(re.search(r"VmPeak:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024

@@ -12,9 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from bench_core import cli, distributed, results
+from bench_core import cli, results
+
+from bench_core.launch import torchrun
+from bench_core.run import ddp
+from bench_core.run import worker
 from bench_core.config import ConfigError
-from bench_core.runner import run_benchmark
+from bench_core.run.runner import run_benchmark
 from conftest import tiny
 
 
@@ -39,14 +43,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("ddp")
-    os.environ[distributed.WORKDIR_ENV] = str(work)
-    os.environ[distributed.SEED_PER_RANK_ENV] = "1"  # replicas can only agree through DDP
+    os.environ[torchrun.WORKDIR_ENV] = str(work)
+    os.environ[ddp.SEED_PER_RANK_ENV] = "1"  # replicas can only agree through DDP
     messages = []
     try:
         rows = run_benchmark(tiny(nproc_per_node=2, dist_timeout_s=60), progress=messages.append)
     finally:
-        del os.environ[distributed.WORKDIR_ENV], os.environ[distributed.SEED_PER_RANK_ENV]
-    (ranks_file,) = work.glob(f"*/{distributed.RANKS_FILE}")
+        del os.environ[torchrun.WORKDIR_ENV], os.environ[ddp.SEED_PER_RANK_ENV]
+    (ranks_file,) = work.glob(f"*/{worker.RANKS_FILE}")
     return rows, json.loads(ranks_file.read_text()), messages, work
 
 
@@ -60,7 +64,7 @@ def test_two_process_ddp_gives_one_row_with_global_throughput(ddp_run):
     assert row["samples_per_s"] == pytest.approx(4 * row["timed_steps"] / row["timed_s"])
     assert row["samples_per_s_per_device"] == pytest.approx(row["samples_per_s"] / 2)
     assert row["rank_devices"].count("cpu") == 2 and "rank1@" in row["rank_devices"]
-    assert row["threads"] == distributed.threads_per_process(tiny(), 2)  # cores shared, not torchrun's 1
+    assert row["threads"] == worker.threads_per_process(tiny(), 2)  # cores shared, not torchrun's 1
     assert any("repeat 1/1" in m for m in messages)  # rank 0's progress reaches the caller
     assert not _leftovers(work)
 
@@ -77,10 +81,10 @@ def test_ddp_replicas_stay_in_sync(ddp_run):
 
 def test_diverged_replicas_make_an_error_row():
     row = results.make_row(status="ok", message=None)
-    flagged = distributed._annotate(row, ["aaaa", "bbbb"], [{"rank": 0, "host": "h", "device": "cpu"},
+    flagged = worker._annotate(row, ["aaaa", "bbbb"], [{"rank": 0, "host": "h", "device": "cpu"},
                                                              {"rank": 1, "host": "h", "device": "cpu"}])
     assert flagged["status"] == "error" and "diverged" in flagged["message"]
-    assert distributed._annotate(row, ["aaaa", "aaaa"], [])["status"] == "ok"
+    assert worker._annotate(row, ["aaaa", "aaaa"], [])["status"] == "ok"
 
 
 # -- two nodes on 127.0.0.1 -------------------------------------------------------------
@@ -90,7 +94,7 @@ def test_two_torchruns_as_two_nodes_give_one_combined_row(tmp_path):
     endpoint = f"127.0.0.1:{_free_port()}"
     node = dict(nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint, dist_timeout_s=60, num_threads=1)
     with ThreadPoolExecutor(2) as pool:  # each launch runs its own torchrun, as on two machines
-        futures = {rank: pool.submit(distributed.launch, tiny(**node, node_rank=rank), workdir=tmp_path)
+        futures = {rank: pool.submit(torchrun.launch, tiny(**node, node_rank=rank), workdir=tmp_path)
                    for rank in (1, 0)}
         node_rows = {rank: future.result() for rank, future in futures.items()}
     assert node_rows[1] == []  # only node 0 returns (and writes) rows
@@ -103,30 +107,30 @@ def test_two_torchruns_as_two_nodes_give_one_combined_row(tmp_path):
 
 def test_multi_node_command_is_c10d_with_one_rendezvous_id(tmp_path):
     cfg = tiny(nproc_per_node=2, nnodes=2, node_rank=1, rdzv_endpoint="node0:29500", dist_timeout_s=42)
-    command = distributed.torchrun_command(cfg, tmp_path)
+    command = torchrun.torchrun_command(cfg, tmp_path)
     joined = " ".join(command)
     assert "--standalone" not in command
     assert "--nnodes 2 --node-rank 1 --rdzv-backend c10d --rdzv-endpoint node0:29500" in joined
     assert "join_timeout=42" in joined and "is_host=false" in joined
-    node0 = distributed.torchrun_command(cfg.replace(node_rank=0), tmp_path)
+    node0 = torchrun.torchrun_command(cfg.replace(node_rank=0), tmp_path)
     rdzv_id = command[command.index("--rdzv-id") + 1]
     assert node0[node0.index("--rdzv-id") + 1] == rdzv_id  # both nodes join the same rendezvous
-    single = distributed.torchrun_command(tiny(nproc_per_node=2), tmp_path)
+    single = torchrun.torchrun_command(tiny(nproc_per_node=2), tmp_path)
     assert "--standalone" in single and single[single.index("--nproc-per-node") + 1] == "2"
 
 
 def test_threads_are_shared_not_silently_one():
     cores = len(os.sched_getaffinity(0))
-    assert distributed.threads_per_process(tiny(), 1) == cores
-    assert distributed.threads_per_process(tiny(), 2) == max(1, cores // 2)
-    assert distributed.threads_per_process(tiny(num_threads=3), 2) == 3
+    assert worker.threads_per_process(tiny(), 1) == cores
+    assert worker.threads_per_process(tiny(), 2) == max(1, cores // 2)
+    assert worker.threads_per_process(tiny(num_threads=3), 2) == 3
 
 
 # -- failures -------------------------------------------------------------------------------
 
 def test_more_processes_than_cores_is_refused_before_launch():
     with pytest.raises(ConfigError, match="nproc_per_node"):
-        distributed.launch(tiny(nproc_per_node=99))
+        torchrun.launch(tiny(nproc_per_node=99))
     done = subprocess.run([sys.executable, "-m", "bench_core", "run", "--nproc-per-node", "99", "--device", "cpu"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
@@ -140,8 +144,8 @@ def test_more_processes_than_cores_is_refused_before_launch():
     ("hang-rank-1", "timeout", "Timed out"),  # rank 0's collective gives up after dist_timeout_s
 ])
 def test_a_failing_worker_ends_the_run_with_its_error(fault, status, says, tmp_path, monkeypatch):
-    monkeypatch.setenv(distributed.FAULT_ENV, fault)
-    monkeypatch.setenv(distributed.WORKDIR_ENV, str(tmp_path))
+    monkeypatch.setenv(ddp.FAULT_ENV, fault)
+    monkeypatch.setenv(torchrun.WORKDIR_ENV, str(tmp_path))
     start = time.monotonic()
     rows = run_benchmark(tiny(nproc_per_node=2, dist_timeout_s=8))
     elapsed = time.monotonic() - start
@@ -149,15 +153,15 @@ def test_a_failing_worker_ends_the_run_with_its_error(fault, status, says, tmp_p
     assert row["status"] == status
     assert (says % socket.gethostname() if "%s" in says else says) in row["message"]
     assert row["world_size"] == 2 and row["nproc_per_node"] == 2
-    assert elapsed < distributed.launch_timeout_s(tiny(dist_timeout_s=8))  # bounded, not the watchdog
+    assert elapsed < torchrun.launch_timeout_s(tiny(dist_timeout_s=8))  # bounded, not the watchdog
     assert not _leftovers(tmp_path)
 
 
 @pytest.mark.slow
 def test_a_stuck_run_is_killed_at_the_launch_limit_leaving_no_process(tmp_path, monkeypatch):
-    monkeypatch.setenv(distributed.FAULT_ENV, "hang-rank-1")
+    monkeypatch.setenv(ddp.FAULT_ENV, "hang-rank-1")
     cfg = tiny(nproc_per_node=2, dist_timeout_s=600)  # collectives would wait 10 minutes
-    (row,) = distributed.launch(cfg, workdir=tmp_path, timeout_s=12)
+    (row,) = torchrun.launch(cfg, workdir=tmp_path, timeout_s=12)
     assert row["status"] == "timeout" and "12 s launch limit" in row["message"]
     assert not _leftovers(tmp_path)
 
@@ -186,7 +190,7 @@ def _slurm_args(*argv):
 
 
 def test_sweep_file_gives_one_job_per_combination_with_its_own_shape(tmp_path):
-    from bench_core import slurm
+    from bench_core.launch import slurm
     sweep = tmp_path / "s.yaml"
     sweep.write_text("name: s\ngrid:\n  nproc_per_node: [1, 2, 8]\nsettings:\n  model: resnet18\n  width: 32\n")
     configs = slurm.job_configs(_slurm_args(str(sweep), "--nodes", "2", "--gpus-per-node", "8"), "slurm")

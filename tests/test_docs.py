@@ -11,8 +11,8 @@ import pytest
 
 from bench_core import docs
 from bench_core.config import BenchConfig
-from bench_core.models import REGISTRY, model_table
-from bench_core.precision import ALIASES, PRECISIONS
+from bench_core.workload.models import REGISTRY, model_table
+from bench_core.workload.precision import ALIASES, PRECISIONS
 from bench_core.results import columns
 
 ROOT = Path(__file__).resolve().parents[1]

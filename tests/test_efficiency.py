@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from bench_core import cli, efficiency, flops, run_benchmark
+from bench_core import cli, run_benchmark
+
+from bench_core.measure import efficiency, flops
+from bench_core.measure import noise
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,7 @@ def test_noise_flags_are_collected_never_dropped(tiny_config):
     assert flags[0] == "other-processes-on-device(pid 4242)"
     assert "throttle(sw_thermal_slowdown)" in flags
     assert any(f.startswith("clock-drop(min 1000 < 0.9 x mean 1400") for f in flags)
-    assert f"noisy-window(CV/sqrt(steps) 0.125 > {efficiency.WINDOW_SE_THRESHOLD})" in flags
+    assert f"noisy-window(CV/sqrt(steps) 0.125 > {noise.WINDOW_SE_THRESHOLD})" in flags
     assert "short-window(0.40 s < min_seconds 1)" in flags
 
 
@@ -117,15 +120,15 @@ def test_a_long_window_absorbs_step_jitter_a_short_one_is_flagged(tiny_config):
 
 def test_repeats_that_disagree_flag_every_row_of_the_configuration():
     steady = [{"status": "ok", "samples_per_s": v, "noise_flags": None} for v in (100.0, 102.0, 99.0)]
-    efficiency.flag_unstable_repeats(steady)
+    noise.flag_unstable_repeats(steady)
     assert all(r["noise_flags"] is None for r in steady)
     shaky = [{"status": "ok", "samples_per_s": v, "noise_flags": f} for v, f in ((100.0, None), (70.0, "x(1)"),
                                                                                  (101.0, None))]
-    efficiency.flag_unstable_repeats(shaky)
+    noise.flag_unstable_repeats(shaky)
     assert all("unstable-repeats(CV 0." in r["noise_flags"] for r in shaky)
     assert shaky[1]["noise_flags"].startswith("x(1);unstable-repeats")
     two = [{"status": "ok", "samples_per_s": v, "noise_flags": None} for v in (100.0, 50.0)]
-    efficiency.flag_unstable_repeats(two)  # two repeats: no CV worth the name
+    noise.flag_unstable_repeats(two)  # two repeats: no CV worth the name
     assert all(r["noise_flags"] is None for r in two)
 
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from bench_core import BenchConfig, ConfigError, run_benchmark
-from bench_core.models import ModelSpec, register_model
+from bench_core.workload.models import ModelSpec, register_model
 from bench_core.results import SCHEMA_VERSION, columns
 from conftest import tiny
 

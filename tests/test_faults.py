@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from bench_core import results
 from bench_core.config import BenchConfig, ConfigError
-from bench_core.sweep import SWEEP_KEYS, find_template, load_sweep, parse_sweep
+from bench_core.config.sweepfile import SWEEP_KEYS
+from bench_core.sweep.execute import find_template
+from bench_core.sweep.plan import load_sweep, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model": "resnet18", "width": 32, "height": 32, "batch_size": 2, "steps": 2, "warmup_steps": 1,

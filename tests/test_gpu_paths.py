@@ -13,9 +13,9 @@ import torch
 from bench_core import BenchConfig, ConfigError, run_benchmark
 from bench_core.devices import (Backend, is_library_alloc_failure, numerics_state, restore_numerics, set_tf32,
                                 tf32_flags)
-from bench_core.flops import GPU_PEAKS_CSV, PEAK_CLASS, gpu_peak, gpu_peak_table
-from bench_core.precision import resolve_precision
-from bench_core.runner import Session
+from bench_core.measure.flops import GPU_PEAKS_CSV, PEAK_CLASS, gpu_peak, gpu_peak_table
+from bench_core.workload.precision import resolve_precision
+from bench_core.run.runner import Session
 from conftest import tiny
 
 
@@ -174,7 +174,7 @@ def test_compile_needs_at_least_three_warmup_steps(mode):
 def test_params_files_still_validate(monkeypatch):
     from pathlib import Path
     from bench_core import devices
-    from bench_core.sweep import load_sweep
+    from bench_core.sweep.plan import load_sweep
     # The GPU files name cuda; whether this machine has one is not what is checked here.
     monkeypatch.setattr(devices, "resolve_device", lambda name, local_rank=0: torch.device("cpu"))
     for path in sorted(Path(__file__).parents[1].glob("params/*.yaml")):
@@ -190,7 +190,7 @@ def test_channels_last_is_refused_for_detection_models():
 # -- 8. environment: NCCL version only with CUDA -----------------------------------------
 
 def test_nccl_version_is_recorded_only_with_cuda():
-    from bench_core import environment
+    from bench_core.measure import environment
     env = environment.collect()
     assert "nccl_version" in env
     if not torch.cuda.is_available():
@@ -232,16 +232,17 @@ def test_the_filled_gaps_are_found_by_device_name(name, precision, tflops):
 # -- 8. NVML process matching inside a container --------------------------------------------
 
 def test_an_unresolvable_own_pid_counts_others_without_naming_one():
-    from bench_core import telemetry
-    inside = telemetry._NvmlDevice(nvml=None, handle=None)
+    from bench_core.measure import telemetry
+    from bench_core.measure import nvml
+    inside = nvml.NvmlDevice(nvml=None, handle=None)
     inside._note_processes({4_000_001, 4_000_002})  # host pids, none of them ours as we see it
     notes: list[str] = []
     cols = inside.columns(notes)
     assert cols["noise_flags"] == "other-processes-on-device(1 other, pids not resolvable)"
     assert any("none named" in n for n in notes)
-    alone = telemetry._NvmlDevice(nvml=None, handle=None)
+    alone = nvml.NvmlDevice(nvml=None, handle=None)
     alone._note_processes({4_000_001})  # only one process on the device: this one
     assert "noise_flags" not in alone.columns([])
-    visible = telemetry._NvmlDevice(nvml=None, handle=None)
+    visible = nvml.NvmlDevice(nvml=None, handle=None)
     visible._note_processes({os.getpid(), 4_000_003})
     assert visible.columns([])["noise_flags"] == "other-processes-on-device(pid 4000003)"

@@ -3,7 +3,7 @@ import pytest
 
 from bench_core import ConfigError, run_benchmark
 from bench_core.cli import main as bench
-from bench_core.models import REGISTRY, model_table, resolve_model
+from bench_core.workload.models import REGISTRY, model_table, resolve_model
 from conftest import tiny
 
 # The smallest sizes each model accepts (detection and 3D models have their own floors).

@@ -11,7 +11,7 @@ CHILD = textwrap.dedent("""
     import psutil
     import torchvision  # every library is mapped before the limit is lowered
     from bench_core import BenchConfig, run_benchmark
-    import bench_core.runner
+    import bench_core.run.runner
     base = psutil.Process().memory_info().vms
     limit = base + 1_500_000_000
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from bench_core import BenchConfig, run_benchmark
-from bench_core.models import ModelSpec, register_model
-from bench_core.profiling import PROFILE_STEPS, load_top_ops
+from bench_core.workload.models import ModelSpec, register_model
+from bench_core.run.profiling import PROFILE_STEPS, load_top_ops
 
 PROFILED = dict(model="resnet18", width=32, height=32, batch_size=2, steps=2, warmup_steps=1, repeats=1,
                 min_seconds=0, device="cpu", profile=True)

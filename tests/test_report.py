@@ -22,8 +22,8 @@ import pytest
 
 from bench_core import cli, results, summary
 from bench_core.config import BenchConfig
-from bench_core.report import build_report
-from bench_core.runner import run_benchmark
+from bench_core.summary.report import build_report
+from bench_core.run.runner import run_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"
@@ -244,7 +244,7 @@ def test_tables_from_rows(dirs):
 
 
 def test_report_shows_a_batch_size_max_search_and_its_failure(tmp_path):
-    from bench_core.capacity import run_at_max_batch
+    from bench_core.launch.batch_search import run_at_max_batch
     out = tmp_path / "max"
     _, found = run_at_max_batch(BenchConfig(**{**TINY, "mode": "infer", "batch_size": "max", "max_batch_size": 2}))
     # resnet18 cannot train on batch 1 at 32 px (BatchNorm sees one value per channel): the search fails.

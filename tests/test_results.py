@@ -60,7 +60,7 @@ def test_a_killed_writer_leaves_the_old_file_whole(tmp_path):
         real_replace = os.replace
         def die(src, dst):
             os.kill(os.getpid(), signal.SIGKILL)  # killed after the temp file, before the rename
-        results.os.replace = die
+        os.replace = die
         results.write_run({str(tmp_path)!r}, "second", [results.make_row(run_id="second", repeat=0, status="ok")])
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)

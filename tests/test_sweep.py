@@ -13,7 +13,8 @@ import yaml
 
 from bench_core import cli
 from bench_core.config import BenchConfig, ConfigError
-from bench_core.sweep import find_template, load_sweep
+from bench_core.sweep.execute import find_template
+from bench_core.sweep.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SETTINGS = {"model": "resnet18", "width": 32, "height": 32, "batch_size": 2, "steps": 2, "warmup_steps": 1,
@@ -239,7 +240,7 @@ def test_template_parameters_mirror_benchconfig():
 
 
 def test_notebook_parameters_expand_lists_and_refuse_unknown_names(tmp_path):
-    from bench_core import notebook
+    from bench_core.sweep import notebook
     namespace = {**TINY_SETTINGS, "mode": ["train", "infer"], "batch_size": [2, 4], "out_dir": str(tmp_path),
                  "run_name": "r1", "force": False, "pd": pd, "In": [], "_": None}
     plan = notebook.from_parameters(namespace)

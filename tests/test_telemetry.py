@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from bench_core import efficiency, telemetry
+from bench_core.measure import efficiency, telemetry
+from bench_core.measure import rapl
 from bench_core.devices import Backend
 
 UUID_A = "GPU-11111111-2222-3333-4444-555555555555"
@@ -224,7 +225,7 @@ def set_energy(root, i, value):
 
 def test_rapl_sums_packages_and_counts_a_wrap(tmp_path):
     root = make_powercap(tmp_path, [(990_000_000, 1_000_000_000), (5_000_000, 1_000_000_000)])
-    counter, reason = telemetry.RaplCounter.open(root)
+    counter, reason = rapl.RaplCounter.open(root)
     assert reason is None and [z.name for z in counter.zones] == ["intel-rapl:0", "intel-rapl:1"]
     counter.sample(0.0)
     set_energy(root, 0, 3_000_000)   # wrapped: 10 J to the top, then 3 J
@@ -250,7 +251,7 @@ def test_unreadable_rapl_is_a_reason_not_a_failure(tmp_path):
     zone = tmp_path / "intel-rapl:0"
     (zone / "energy_uj").mkdir(parents=True)  # reading it raises IsADirectoryError
     (zone / "max_energy_range_uj").write_text("100\n")
-    counter, reason = telemetry.RaplCounter.open(tmp_path)
+    counter, reason = rapl.RaplCounter.open(tmp_path)
     assert counter is None and reason.startswith("RAPL unreadable")
 
 

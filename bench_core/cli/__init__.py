@@ -1,0 +1,68 @@
+"""The `bench` command: one module per subcommand (cli/<command>.py), each giving
+`add_arguments(parser)` and `main(args)`; the only place that parses arguments.
+
+Exit codes (bench_core.errors): 0 all rows ok; 1 a run or configuration failed (its rows are
+written); 2 bad input (one line on stderr, nothing written); 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import warnings
+
+from bench_core import __version__
+from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings
+from bench_core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ConfigError
+
+# name -> (module, one-line help). The command modules are imported when the parser is built.
+COMMANDS = {
+    "run": ("bench_core.cli.run", "run one benchmark configuration (train or infer) and print its rows"),
+    "models": ("bench_core.cli.info", "list every model: name, task, default input, notes"),
+    "sysinfo": ("bench_core.cli.info", "print the environment fingerprint and which precisions run natively"),
+    "sweep": ("bench_core.cli.sweep", "run a params/*.yaml sweep through the notebook template (papermill)"),
+    "report": ("bench_core.cli.report", "render the summary notebook and HTML report of result directories"),
+    "slurm": ("bench_core.cli.slurm", "submit a sweep or run to SLURM through submitit"),
+    "peak": ("bench_core.cli.info", "measure this CPU's peak FLOP/s per precision (for MFU), cached per machine"),
+    "find-batch": ("bench_core.cli.find_batch", "find the largest per-device batch size that fits"),
+    "compare": ("bench_core.cli.compare", "run two variants interleaved (A B A B) and give a verdict"),
+    "selftest": ("bench_core.cli.selftest", "check this machine's GPU (or CPU) paths with tiny runs: a pass/fail checklist"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="bench", description="notebook-bench: honest deep-learning training and "
+                           "inference benchmarks on synthetic data.", epilog=EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"notebook-bench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        adder = getattr(module, f"add_{name.replace('-', '_')}_arguments", None) or module.add_arguments
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        adder(p)
+        p.set_defaults(handler=getattr(module, f"main_{name.replace('-', '_')}", None) or module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line_warnings(args.command, warnings.showwarning)
+            return args.handler(args)
+    except ConfigError as exc:
+        print(f"bench {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"bench {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

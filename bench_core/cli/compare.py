@@ -1,0 +1,59 @@
+"""`bench compare`: run two variants interleaved and print the verdict.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bench_core.cli.common import note_line, progress_printer, refuse_flags, write_json
+from bench_core.config.schema import BenchConfig
+from bench_core.devices import check_runnable
+from bench_core.scenarios.compare import compare, parse_overrides
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    from bench_core.cli.common import add_config_arguments, add_output_arguments
+    p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
+Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval, and a verdict:
+faster / slower (the CI excludes 1 and the change exceeds --tolerance) or same within noise.
+--repeats does not apply (use --rounds); --steps / --min-seconds size each window.
+examples:
+  bench compare --model resnet18 --width 64 --height 64 --batch-size 16 --device cpu --a compile=off --b compile=default
+  bench compare --model resnet50 --precision amp-bf16 --device cuda --b channels_last=true --rounds 10 --out outputs/ab
+exit status: 0 verdict given, 1 a variant failed (rows written with --out), 2 bad input."""
+    add_config_arguments(p)
+    p.add_argument("--a", dest="a", nargs="+", action="extend", metavar="KEY=VALUE",
+                   help="overrides for variant A (BenchConfig fields, e.g. compile=off)")
+    p.add_argument("--b", dest="b", nargs="+", action="extend", metavar="KEY=VALUE",
+                   help="overrides for variant B (e.g. compile=default or channels_last=true)")
+    p.add_argument("--rounds", type=int, default=8, metavar="N", help="rounds of A and B (default 8, at least 2)")
+    p.add_argument("--tolerance", type=float, default=0.02, metavar="FRACTION",
+                   help="changes smaller than this are 'same within noise' (default 0.02)")
+    p.add_argument("--out", metavar="DIR", help="rows to DIR/runs/<run_id>/ (both variants) and the "
+                                                "comparison to DIR/compare/<id>.json")
+    add_output_arguments(p)
+
+
+def main_compare(args: argparse.Namespace) -> int:
+    from bench_core import results
+    from bench_core.cli.common import config_from_args
+    from bench_core.errors import EXIT_FAILED, EXIT_OK
+    refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
+    base = config_from_args(args)
+    over_a, over_b = parse_overrides(args.a, "--a"), parse_overrides(args.b, "--b")
+    cfg_a = BenchConfig.from_dict({**base.to_dict(), **over_a})
+    cfg_b = BenchConfig.from_dict({**base.to_dict(), **over_b})
+    for cfg in (cfg_a, cfg_b):
+        check_runnable(cfg)
+    labels = tuple(" ".join(f"{k}={v}" for k, v in over.items()) or "as configured" for over in (over_a, over_b))
+    result = compare(cfg_a, cfg_b, rounds=args.rounds, tolerance=args.tolerance, labels=labels,
+                     progress=progress_printer(args))
+    if args.out:
+        for rows in (result.rows_a, result.rows_b):
+            if rows:
+                results.write_run(args.out, rows[0]["run_id"], rows)
+        path = write_json(Path(args.out) / "compare", cfg_b, result.to_dict())
+        note_line(args, f"comparison written to {path}; rows under {Path(args.out) / 'runs'}")
+    print(json.dumps(result.to_dict(), indent=1, default=str) if args.json else result.format())
+    return EXIT_OK if result.ok else EXIT_FAILED

@@ -1,0 +1,54 @@
+"""`bench selftest`: a pass / fail checklist of this machine's GPU (or CPU) paths.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from bench_core.scenarios.selftest import (
+    DEFAULT_OUT,
+    FAIL,
+    PASS,
+    SKIPPED,
+    Checklist,
+    _environment,
+    cpu_checks,
+    gpu_checks,
+    print_capability_table,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """Run it first on a new GPU machine; attach the JSON to a bug report.
+CPU-only machines run the CPU checks and list the GPU ones as skipped.
+exit status: 0 no check failed, 1 a check failed.
+examples:
+  bench selftest
+  bench selftest --out outputs/selftest/$(hostname).json"""
+    p.add_argument("--out", metavar="FILE", default=DEFAULT_OUT,
+                   help=f"where the checklist goes as JSON (default: {DEFAULT_OUT}); the CPU run's rows go "
+                        "beside it, under rows/")
+
+
+def main(args: argparse.Namespace) -> int:
+    from bench_core.cli.common import paint
+    from bench_core.errors import EXIT_FAILED, EXIT_OK
+    out = Path(args.out)
+    started = dt.datetime.now(dt.timezone.utc)
+    checklist = Checklist(say=lambda line: print(line, flush=True))
+    print(paint("bench selftest", "bold"), flush=True)
+    print_capability_table()
+    cpu_checks(checklist, out.parent / "rows")
+    gpu_checks(checklist)
+    counts = checklist.counts()
+    report = {"started": started.isoformat(timespec="seconds"),
+              "seconds": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
+              **_environment(), **counts, "checks": [asdict(c) for c in checklist.checks]}
+    from bench_core.files import atomic_write_text
+    atomic_write_text(out, json.dumps(report, indent=1, default=str))
+    line = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIPPED]} skipped; checklist written to {out}"
+    print(paint(line, "red" if counts[FAIL] else "green"), flush=True)
+    return EXIT_FAILED if counts[FAIL] else EXIT_OK

@@ -1,0 +1,53 @@
+"""`bench sweep FILE`: run a params/*.yaml grid through notebooks/benchmark.ipynb with papermill.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench_core.sweep.execute import TEMPLATE_ENV, find_template, run_sweep, sweep_lock
+from bench_core.sweep.plan import dry_run, load_sweep
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """sweep file (YAML):
+  name: tiny                 # output folder name (default: the file name)
+  timeout_s: 1800            # optional: seconds allowed per papermill execution
+  emulated: skip             # optional: leave out precisions this machine only emulates (default: run)
+  grid:                      # every combination is one configuration (any BenchConfig field);
+    model: [resnet50, mobilenet_v3_large]   # a list of such mappings runs the union of their grids
+    precision: [fp32, amp-bf16]
+    mode: [train, infer]
+    batch_size: [16, max]    # max: the largest batch that fits, found by a search recorded in the rows
+  settings:                  # shared by all configurations (any BenchConfig field)
+    width: 64
+    height: 64
+    max_batch_size: 256      # cap of that search
+
+examples:
+  bench sweep params/cpu-quick.yaml                 # writes outputs/cpu-quick/{results.csv,report.html}
+  bench sweep params/tensorpix.yaml --out outputs/tensorpix-a100
+  bench sweep params/default.yaml --force           # measure everything again
+  bench sweep params/default.yaml --dry-run         # what would run, and about how long
+exit status: 0 every configuration ok (or unsupported), 1 a configuration failed, 2 bad input,
+130 interrupted."""
+    p.add_argument("file", metavar="FILE", help="sweep file (params/*.yaml)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: outputs/<name>)")
+    p.add_argument("--force", action="store_true", help="re-run configurations that are already complete")
+    p.add_argument("--no-report", action="store_true", help="skip building DIR/report.html")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (executions, configurations, estimated time) and run nothing")
+    p.add_argument("--template", metavar="IPYNB",
+                   help=f"notebook template (default: ${TEMPLATE_ENV}, else notebooks/benchmark.ipynb of the project)")
+    p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3, this environment)")
+
+
+def main(args: argparse.Namespace) -> int:
+    plan = load_sweep(args.file)
+    template = find_template(args.template)
+    out_dir = Path(args.out or Path("outputs") / plan.name).resolve()
+    if args.dry_run:
+        return dry_run(plan, out_dir)
+    with sweep_lock(out_dir):
+        return run_sweep(plan, out_dir, template, force=args.force, build_report=not args.no_report,
+                         kernel=args.kernel)

@@ -1,0 +1,277 @@
+"""BenchConfig: the one schema behind the CLI, notebook parameters and sweep files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench_core.errors import ConfigError
+
+
+MODES = ("train", "infer")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
+DEFAULT_MAX_BATCH = 4096     # the search's default cap
+SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
+
+
+# With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
+# calls: with fewer warm-up steps that lands in the timed window, and in DDP agree_steps would
+# estimate the step time from a compile step.
+MIN_COMPILE_WARMUP_STEPS = 3
+
+
+def _opt(help_text: str, **extra) -> dict:
+    return {"help": help_text, **extra}
+
+
+@dataclass
+class BenchConfig:
+    """One benchmark configuration: a model, a mode, a precision, a shape, a device."""
+
+    model: str = field(default="resnet50", metadata=_opt(
+        "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
+    mode: str = field(default="train", metadata=_opt("train or infer", choices=MODES))
+    precision: str = field(default="fp32", metadata=_opt(
+        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
+    batch_size: int | str = field(default=16, metadata=_opt(
+        "samples per device per step, or max: the largest that fits, found first by an explicit, recorded "
+        "search (bench find-batch; each probe in a fresh process)"))
+    max_batch_size: int = field(default=DEFAULT_MAX_BATCH, metadata=_opt(
+        "with batch_size max: the largest batch the search tries"))
+    batch_margin: float = field(default=0.1, metadata=_opt(
+        "with batch_size max (and find-batch): when out of memory bounded the search, run this fraction below "
+        "the largest batch that ran -- headroom for the longer run (0: at the edge)"))
+    width: int | None = field(default=None, metadata=_opt("input width in px (default: the model's)"))
+    height: int | None = field(default=None, metadata=_opt("input height in px (default: the model's)"))
+    depth: int | None = field(default=None, metadata=_opt("input depth in voxels (3D models only)"))
+    steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
+    min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
+    warmup_steps: int = field(default=5, metadata=_opt(
+        f"untimed steps before the first repeat (at least {MIN_COMPILE_WARMUP_STEPS} with compile)"))
+    repeats: int = field(default=3, metadata=_opt("timed repeats; each is one result row"))
+    device: str = field(default="auto", metadata=_opt("auto, cpu, cuda, cuda:N or mps"))
+    channels_last: bool = field(default=False, metadata=_opt("use channels_last memory format (2D models)"))
+    compile: str = field(default="off", metadata=_opt("torch.compile mode", choices=COMPILE_MODES))
+    optimizer: str = field(default="sgd", metadata=_opt("optimizer for train mode", choices=OPTIMIZERS))
+    seed: int = field(default=0, metadata=_opt("random seed for weights and synthetic data"))
+    cudnn_benchmark: bool = field(default=True, metadata=_opt("set torch.backends.cudnn.benchmark"))
+    num_threads: int = field(default=0, metadata=_opt("torch intra-op threads (0: torch's default)"))
+    nproc_per_node: int = field(default=1, metadata=_opt("worker processes (devices) per node; >1 runs DDP via torchrun"))
+    nnodes: int = field(default=1, metadata=_opt("number of nodes in a multi-node run"))
+    node_rank: int = field(default=0, metadata=_opt("this node's rank in a multi-node run"))
+    rdzv_endpoint: str = field(default="", metadata=_opt("host:port of the c10d rendezvous (multi-node)"))
+    dist_timeout_s: float = field(default=300.0, metadata=_opt("collective / rendezvous timeout in seconds"))
+    profile: bool = field(default=False, metadata=_opt("run torch.profiler over a few steps after the timed window"))
+    price_per_hour: float | None = field(default=None, metadata=_opt("device price per hour, for cost per million samples"))
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "BenchConfig":
+        """Build from a dict (notebook parameters, YAML); unknown keys are refused."""
+        if not isinstance(values, dict):
+            raise ConfigError("config", f"must be a mapping of field names to values, got {type(values).__name__}")
+        check_known_keys(values, cls.field_names(), where="config")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> "BenchConfig":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def config_hash(self) -> str:
+        """Stable id of what is measured (the same config always has the same hash).
+
+        The search's settings count only with batch_size max (they change nothing else)."""
+        values = self.to_dict()
+        if self.batch_size != MAX_BATCH:
+            for name in SEARCH_FIELDS:
+                values.pop(name)
+        blob = json.dumps(values, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def check_known_keys(values: dict, allowed: list[str], where: str) -> None:
+    for key in values:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(str(key), f"unknown key in {where}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _as_int(name: str, value: Any, minimum: int | None = None, optional: bool = False) -> int | None:
+    if optional and (value is None or value == "" or value == "none"):
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(name, f"must be a whole number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ConfigError(name, f"must be a whole number, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise ConfigError(name, f"must be a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _as_float(name: str, value: Any, minimum: float = 0.0, optional: bool = False) -> float | None:
+    if optional and (value is None or value == "" or value == "none"):
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(name, f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"must be a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ConfigError(name, f"must be a finite number, got {value!r}")
+    if number < minimum:
+        raise ConfigError(name, f"must be >= {minimum:g}, got {value!r}")
+    return number
+
+
+def _as_batch_size(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == MAX_BATCH:
+        return MAX_BATCH
+    try:
+        return _as_int("batch_size", value, minimum=1)
+    except ConfigError:
+        raise ConfigError("batch_size", f"must be a whole number >= 1 or max, got {value!r}") from None
+
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ConfigError(name, f"must be true or false, got {value!r}")
+
+
+def _as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in choices:
+        raise ConfigError(name, f"got {value!r}; allowed: {', '.join(choices)}")
+    return value.strip().lower()
+
+
+def _as_str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(name, f"must be text, got {value!r}")
+    if any(ch in value for ch in "\n\r\x00"):
+        raise ConfigError(name, "must be a single line of text")
+    return value.strip()
+
+
+def _validate(cfg: BenchConfig) -> None:
+    # Imported here: both modules import config for ConfigError.
+    from bench_core.devices import validate_device_name
+    from bench_core.workload.models import resolve_model
+    from bench_core.workload.precision import resolve_precision
+
+    cfg.mode = _as_choice("mode", cfg.mode, MODES)
+    cfg.compile = _as_choice("compile", cfg.compile, COMPILE_MODES)
+    cfg.optimizer = _as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    cfg.precision = resolve_precision(_as_str("precision", cfg.precision)).name
+    cfg.device = validate_device_name(_as_str("device", cfg.device))
+    cfg.rdzv_endpoint = _as_str("rdzv_endpoint", cfg.rdzv_endpoint)
+
+    cfg.batch_size = _as_batch_size(cfg.batch_size)
+    cfg.max_batch_size = _as_int("max_batch_size", cfg.max_batch_size, minimum=1)
+    cfg.batch_margin = _as_float("batch_margin", cfg.batch_margin)
+    if cfg.batch_margin >= 1:
+        raise ConfigError("batch_margin", f"must be a fraction in [0, 1), got {cfg.batch_margin!r}")
+    cfg.steps = _as_int("steps", cfg.steps, minimum=1)
+    cfg.warmup_steps = _as_int("warmup_steps", cfg.warmup_steps, minimum=0)
+    cfg.repeats = _as_int("repeats", cfg.repeats, minimum=1)
+    cfg.seed = _as_int("seed", cfg.seed, minimum=0)
+    cfg.num_threads = _as_int("num_threads", cfg.num_threads, minimum=0)
+    cfg.nproc_per_node = _as_int("nproc_per_node", cfg.nproc_per_node, minimum=1)
+    cfg.nnodes = _as_int("nnodes", cfg.nnodes, minimum=1)
+    cfg.node_rank = _as_int("node_rank", cfg.node_rank, minimum=0)
+    cfg.min_seconds = _as_float("min_seconds", cfg.min_seconds)
+    cfg.dist_timeout_s = _as_float("dist_timeout_s", cfg.dist_timeout_s, minimum=1.0)
+    cfg.price_per_hour = _as_float("price_per_hour", cfg.price_per_hour, optional=True)
+    cfg.channels_last = _as_bool("channels_last", cfg.channels_last)
+    cfg.cudnn_benchmark = _as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
+    cfg.profile = _as_bool("profile", cfg.profile)
+
+    if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:
+        raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
+                                          f"(compilation and CUDA-graph capture stay out of the window), "
+                                          f"got {cfg.warmup_steps}")
+    if cfg.batch_size == MAX_BATCH and cfg.world_size > 1:
+        raise ConfigError("batch_size", f"max is searched in one process; with {cfg.world_size} processes give a "
+                                        "number (find it with bench find-batch on one device)")
+    if cfg.node_rank >= cfg.nnodes:
+        raise ConfigError("node_rank", f"must be < nnodes ({cfg.nnodes}), got {cfg.node_rank}")
+    if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
+        raise ConfigError("rdzv_endpoint", "is required when nnodes > 1 (host:port reachable from every node)")
+    if cfg.rdzv_endpoint and not _is_endpoint(cfg.rdzv_endpoint):
+        raise ConfigError("rdzv_endpoint", f"must be host:port, got {cfg.rdzv_endpoint!r}")
+
+    spec = resolve_model(_as_str("model", cfg.model))
+    cfg.model = spec.name
+    cfg.width = _as_int("width", cfg.width, minimum=1, optional=True)
+    cfg.height = _as_int("height", cfg.height, minimum=1, optional=True)
+    cfg.depth = _as_int("depth", cfg.depth, minimum=1, optional=True)
+    spec.check_shape(cfg)  # fills model defaults, refuses sizes the model cannot take
+    if cfg.channels_last and spec.task == "volumetric":
+        raise ConfigError("channels_last", f"applies to 2D models only; {cfg.model} is a 3D model")
+    if cfg.channels_last and spec.task == "detection":
+        # Detection models take a list of CHW images and batch them inside (model.transform):
+        # the layout never reaches the convolutions, so the row would claim what did not run.
+        raise ConfigError("channels_last", f"not for detection models ({cfg.model} batches its image list "
+                                           "itself, in NCHW); allowed: false")
+
+
+def _is_endpoint(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def load_yaml_mapping(path, what: str = "file") -> dict:
+    """A YAML file that must hold a mapping; malformed YAML is a one-line ConfigError."""
+    import yaml
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(what, f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(what, f"{path} is not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(what, f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
+    return data

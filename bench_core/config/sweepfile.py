@@ -1,0 +1,56 @@
+"""The keys of a sweep file and its grids: plain data, checked before anything runs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench_core.config import ConfigError
+from bench_core.config.schema import check_known_keys
+
+SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated")
+
+
+# What a sweep does with a precision this machine only emulates (bench sysinfo): run it (marked
+# emulated in every row and chart) or leave it out of the plan (said before it starts and in the report).
+EMULATED_CHOICES = ("run", "skip")
+
+
+SELECTOR_KEYS = ("description", "use")
+SELECTOR_CHOICES = ("gpu", "mps", "cpu")
+MAX_CONFIGS = 10_000  # a typo like batch_size: [1, ..., 100000] should not plan a year of work
+
+
+def parse_timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError("timeout_s", f"must be a positive number of seconds per execution, got {value!r}")
+    return float(value)
+
+
+def grids(grid: Any, fields: list[str]) -> list[dict[str, list]]:
+    """`grid` is a mapping (every combination) or a list of mappings (the union of their combinations).
+
+    A grid value wins over the same field in settings (settings are the defaults of every entry).
+    """
+    if grid is None:
+        return [{}]
+    entries = grid if isinstance(grid, list) else [grid]
+    if not entries:
+        raise ConfigError("grid", "is an empty list; give a mapping of fields to lists of values")
+    grids = []
+    for index, entry in enumerate(entries):
+        where = "grid" if not isinstance(grid, list) else f"grid entry {index + 1}"
+        if not isinstance(entry, dict):
+            raise ConfigError("grid", f"{where} must be a mapping of BenchConfig fields to lists of values, "
+                                      f"got {entry!r}")
+        check_known_keys(entry, fields, where=where)
+        expanded = {}
+        for key, values in entry.items():
+            values = values if isinstance(values, list) else [values]
+            if not values:
+                raise ConfigError(key, f"has an empty list in {where}; give at least one value")
+            expanded[key] = values
+        grids.append(expanded)
+    return grids

@@ -1,0 +1,321 @@
+"""Capacity and fair A/B: `bench find-batch` (the largest per-device batch that runs) and
+`bench compare` (two variants measured interleaved, with a ratio, its CI and a verdict).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench_core.config import ConfigError
+from bench_core.config.schema import MAX_BATCH, MIN_COMPILE_WARMUP_STEPS, BenchConfig
+from bench_core.devices import is_foreign_cpu_oom
+from bench_core.run.runner import Progress
+
+# A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step
+# (with compile, MIN_COMPILE_WARMUP_STEPS warm-up steps: config refuses fewer).
+# Training probes include backward and the optimizer step, so their memory is representative.
+PROBE_SETTINGS = {"steps": 1, "warmup_steps": 1, "repeats": 1, "min_seconds": 0.0, "profile": False}
+
+
+RAN = ("ok", "nan")  # a NaN loss still ran: it is a numerics problem, not a capacity one
+
+
+@dataclass
+class BatchProbe:
+    batch_size: int
+    status: str                    # ok | nan | oom | error | unsupported (the runner's statuses)
+    message: str | None
+    step_time_ms: float | None     # the probe's one timed step (a hint, not a measurement)
+    probe_s: float                 # wall seconds of the probe, build included
+    purpose: str = "search"        # search | health check (a size that ran before, re-run)
+    dirty: bool = False            # an out-of-memory that did not come from torch's allocator
+
+
+@dataclass
+class BatchSearch:
+    """Grow (x2) until a batch fails or the cap is reached, then bisect between the last
+    batch that ran and the first that failed."""
+    config: dict
+    max_batch_size: int
+    batch_margin: float
+    largest_ok: int | None = None      # largest batch that ran
+    first_failed: int | None = None    # smallest batch that ran out of memory
+    batch_size: int | None = None      # what to run: largest_ok, less batch_margin if out of memory bounded it
+    stopped: str = ""                  # bracketed (found the edge) | max (cap reached) | none-fit | error
+    message: str | None = None
+    memory_limit_bytes: int | None = None  # CPU: address-space cap during the search
+    isolated: bool = False             # each probe ran in a fresh process
+    probes: list[BatchProbe] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.batch_size is not None and self.stopped in ("bracketed", "max")
+
+    def summary(self) -> str:
+        """One line, for a row's batch_search column and the sweep log: outcome and every probe."""
+        trail = ", ".join(f"{p.batch_size} {p.status}" for p in self.probes)
+        if self.stopped == "error":
+            return f"batch search stopped by an error after {len(self.probes)} probes ({trail}): {self.message}"
+        if self.stopped == "none-fit":
+            return f"batch search: even batch 1 ran out of memory ({self.message})"
+        edge = (f"{self.first_failed} ran out of memory" if self.first_failed
+                else f"reached the cap max_batch_size {self.max_batch_size}")
+        margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok else ""
+        return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin})"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def format(self) -> str:
+        c = self.config
+        shape = f"{c['width']}x{c['height']}" + (f"x{c['depth']}" if c.get("depth") else "")
+        where = "each probe in a fresh process" if self.isolated else "probes in this process"
+        lines = [f"find-batch {c['model']} {c['mode']} {c['precision']} {shape} on {c['device']} ({where})"]
+        for p in self.probes:
+            timing = f"{p.step_time_ms:9.1f} ms/step" if p.step_time_ms else " " * 17
+            note = f"  {p.message}" if p.message else ""
+            check = " (health check)" if p.purpose != "search" else ""
+            lines.append(f"  batch {p.batch_size:6d}  {p.status:11s} {timing}  ({p.probe_s:.1f} s){check}{note}")
+        if self.memory_limit_bytes:
+            lines.append(f"  (CPU probes ran under an address-space cap of {self.memory_limit_bytes / 2**30:.1f} GiB, "
+                         "so running out of RAM is an error, not the OOM killer)")
+        lines.append(self.summary())
+        if self.ok:
+            lines.append(f"largest batch that ran: {self.largest_ok}; first that failed: "
+                         f"{self.first_failed or 'none up to the cap'}; use --batch-size {self.batch_size}")
+        return "\n".join(lines)
+
+
+def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_batch_size: int = 1,
+                   isolate: bool = False, progress: Progress | None = None) -> BatchSearch:
+    """Search the largest per-device batch of `cfg` that runs, up to `max_batch_size` (default:
+    cfg.max_batch_size); cfg.batch_size is ignored.
+
+    When an out-of-memory bounds the search, the size to run is cfg.batch_margin below the
+    largest that ran (a probe is 3 steps in a fresh state; a benchmark runs longer, beside
+    what its process already holds), and bisection stops once the bracket is finer than half
+    that margin: probing closer to an edge the run stays away from buys nothing.
+
+    Out of memory (CUDA OOM, CPU allocation failure) marks a batch as too large; any other
+    failure stops the search (`stopped == "error"`). Assumes memory grows with batch size.
+    In-process probes see what earlier probes left behind (oneDNN caches kernels and
+    scratchpads per shape: near the limit a CPU search can come out low); `isolate` runs each
+    probe in a fresh process instead, like a sweep's runs, at the cost of an import per probe.
+    """
+    from bench_core.devices import Backend, resolve_device
+    max_batch_size = _check_int("max_batch_size", cfg.max_batch_size if max_batch_size is None else max_batch_size, 1)
+    start_batch_size = _check_int("batch_size", start_batch_size, 1)
+    if start_batch_size > max_batch_size:
+        raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above max_batch_size "
+                                        f"{max_batch_size}")
+    if cfg.world_size > 1:
+        raise ConfigError("nproc_per_node", "find-batch searches the per-device batch in one process; "
+                                            "run it with nproc_per_node 1 and nnodes 1")
+    say = progress or (lambda msg: None)
+    search = BatchSearch(config=cfg.to_dict(), max_batch_size=max_batch_size, batch_margin=cfg.batch_margin,
+                         isolated=isolate)
+    device = resolve_device(cfg.device)
+
+    def ran(batch: int, purpose: str = "search") -> bool:
+        probe = _probe(cfg, batch, purpose, isolate)
+        search.probes.append(probe)
+        say(f"find-batch: batch {batch}{' (health check)' if purpose != 'search' else ''}: {probe.status}"
+            + (f" ({probe.message})" if probe.message else ""))
+        if probe.status in RAN:
+            return True
+        if probe.status != "oom":
+            raise _SearchError(probe.message or probe.status)
+        if purpose == "search" and probe.dirty and not isolate and any(p.status in RAN for p in search.probes):
+            if not ran(last_ok_smallest(), "health check"):
+                raise _SearchError(f"after '{probe.message}' at batch {batch}, batch {last_ok_smallest()} (which "
+                                   "ran before) fails too: this process can no longer run the model (a library, "
+                                   "e.g. oneDNN, keeps failing after an allocation failure inside it). Run "
+                                   f"find-batch again in a fresh process with --max-batch-size {batch - 1}")
+        return False
+
+    def last_ok_smallest() -> int:
+        return min(p.batch_size for p in search.probes if p.status in RAN)
+
+    last_ok, first_bad = 0, None
+    with _cpu_memory_cap(device.type) as search.memory_limit_bytes:
+        try:
+            batch = start_batch_size
+            while True:  # grow
+                if not ran(batch):
+                    first_bad = batch
+                    break
+                last_ok = batch
+                if batch >= max_batch_size:
+                    break
+                batch = min(batch * 2, max_batch_size)
+            # bisect, until the bracket is finer than half the margin (exact with batch_margin 0)
+            while first_bad is not None and first_bad - last_ok > max(1, int(last_ok * cfg.batch_margin / 2)):
+                middle = (last_ok + first_bad) // 2
+                if ran(middle):
+                    last_ok = middle
+                else:
+                    first_bad = middle
+        except _SearchError as exc:
+            search.stopped, search.message = "error", str(exc)
+        finally:
+            if not isolate:  # isolated probes left nothing here (and this process holds no CUDA context)
+                Backend.for_device(device).release_memory()
+    search.largest_ok, search.first_failed = last_ok or None, first_bad
+    if search.stopped == "error":
+        return search
+    if not last_ok:
+        search.stopped = "none-fit"
+        search.message = next(p.message for p in search.probes if p.batch_size == 1)
+        return search
+    search.stopped = "bracketed" if first_bad else "max"
+    search.batch_size = max(1, math.floor(last_ok * (1.0 - cfg.batch_margin))) if first_bad else last_ok
+    return search
+
+
+class _SearchError(Exception):
+    pass
+
+
+def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: bool = False) -> BatchProbe:
+    """One real, short run at `batch_size`; the runner turns OOM into a row and frees memory."""
+    settings = dict(PROBE_SETTINGS)
+    if cfg.compile != "off":  # compiled probes warm up as a compiled run must (CUDA-graph pools included)
+        settings["warmup_steps"] = MIN_COMPILE_WARMUP_STEPS
+    probe_cfg = cfg.replace(batch_size=batch_size, **settings)
+    start = time.perf_counter()
+    row = _probe_in_child(probe_cfg) if isolate else probe_row(probe_cfg)
+    # An OOM outside torch's allocator may leave oneDNN failing in this process: a health check follows.
+    dirty = row["status"] == "oom" and row["device_type"] == "cpu" and is_foreign_cpu_oom(row["message"])
+    return BatchProbe(batch_size=batch_size, status="oom" if dirty else row["status"], message=row["message"],
+                      step_time_ms=row.get("step_time_ms_median"), probe_s=time.perf_counter() - start,
+                      purpose=purpose, dirty=dirty)
+
+
+def probe_row(cfg: BenchConfig) -> dict:
+    """Run the probe here; only the columns the search needs."""
+    from bench_core.run.runner import run_benchmark
+    if cfg.compile != "off":
+        # Each probe compiles from scratch, as a fresh process would: no dynamic-shape graph
+        # from the previous probe's batch size, no cache-limit fallback to eager.
+        import torch._dynamo
+        torch._dynamo.reset()
+    row = run_benchmark(cfg)[0]
+    return {k: row[k] for k in ("status", "message", "device_type", "step_time_ms_median")}
+
+
+def _probe_in_child(cfg: BenchConfig) -> dict:
+    """The probe in a fresh Python process; a process killed by the kernel counts as out of memory."""
+    row, status, why = in_fresh_process("probe", cfg)
+    if row is not None:
+        return row
+    device_type = "cuda" if cfg.device.startswith("cuda") else cfg.device
+    return {"status": status, "message": why, "device_type": device_type, "step_time_ms_median": None}
+
+
+_CHILD = "import sys\nfrom bench_core.launch.batch_search import _child_main\n_child_main(*sys.argv[1:])"
+
+
+def _child_main(kind: str, config_json: str, result_path: str) -> None:
+    """In the fresh process: a probe (the columns the search needs) or a whole run (its rows)."""
+    from bench_core.run.runner import run_benchmark
+    cfg = BenchConfig.from_dict(json.loads(config_json))
+    result = probe_row(cfg) if kind == "probe" else run_benchmark(cfg, progress=lambda msg: print(msg, flush=True))
+    Path(result_path).write_text(json.dumps(result, default=str))
+
+
+def in_fresh_process(kind: str, cfg: BenchConfig, progress: Progress | None = None):
+    """A probe ('probe') or a benchmark ('run') of `cfg` in a fresh Python process, so it meets the
+    memory a fresh process has: -> (result, None, None), or (None, status, why) if the process
+    died. Killed by SIGKILL (the kernel's OOM killer) is `oom`. Its output lines go to `progress`."""
+    import collections
+    import signal
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="bench-child-") as folder:
+        result_path = Path(folder) / "result.json"
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, kind, json.dumps(cfg.to_dict()), str(result_path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        last = collections.deque(["no output"], maxlen=1)
+        for line in proc.stdout:
+            if line.strip():
+                last.append(line.strip())
+                if progress:
+                    progress(line.rstrip())
+        code = proc.wait()
+        if code == 0 and result_path.is_file():
+            return json.loads(result_path.read_text()), None, None
+    if code == -signal.SIGKILL:
+        return None, "oom", f"{kind} process killed (SIGKILL, e.g. by the kernel's OOM killer)"
+    return None, "error", f"{kind} process exited with {code}: {last[0]}"
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, f"must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+@contextlib.contextmanager
+def _cpu_memory_cap(device_type: str):
+    """On CPU, running out of RAM ends in the kernel's OOM killer, not in an exception. Cap the
+    address space at what is in use plus what is available, so the allocation fails instead."""
+    import resource
+    if device_type != "cpu":
+        yield None
+        return
+    import psutil
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = psutil.Process().memory_info().vms + psutil.virtual_memory().available
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield soft  # already capped tighter (e.g. by the caller): keep it
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield cap
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolate: bool = False, progress: Progress | None = None) -> tuple[BatchSearch, list[dict]]:
+    """`batch_size: max` (run_benchmark comes here): an explicit search, then the run at the size found
+    -- with `isolate`, in a fresh process too, like the probes: the same memory, not what this
+    process holds after earlier configurations.
+
+    Rows say what happened: batch_size_requested 'max', batch_size / batch_size_actual the size
+    that ran, batch_search the search's one line (outcome and every probe), and config_hash the
+    hash of the configuration as requested (so a sweep finds it complete). If nothing fits or
+    the search fails, one failure row (oom / error) and no run.
+    """
+    from bench_core.run.runner import run_benchmark
+    cfg = cfg.replace(batch_size=MAX_BATCH)  # what was asked for, whatever batch cfg named
+    say = progress or (lambda msg: None)
+    search = find_max_batch(cfg, max_batch_size=max_batch_size, isolate=isolate, progress=say)
+    say(search.summary())
+    if not search.ok:
+        rows = [_failure(cfg, "oom" if search.stopped == "none-fit" else "error", search.summary())]
+    elif isolate:
+        found = cfg.replace(batch_size=search.batch_size)
+        rows, status, why = in_fresh_process("run", found, progress)
+        rows = rows or [_failure(found, status, why)]
+    else:
+        rows = run_benchmark(cfg.replace(batch_size=search.batch_size), progress)
+    for row in rows:
+        row.update(config_hash=cfg.config_hash(), batch_size_requested=MAX_BATCH, batch_search=search.summary())
+    return search, rows
+
+
+def _failure(cfg: BenchConfig, status: str, message: str) -> dict:
+    from bench_core.devices import resolve_device
+    from bench_core.measure import environment
+    from bench_core.run.runner import _failure_row, _run_id
+    run = {"run_id": _run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(), "data": "synthetic",
+           **environment.collect(resolve_device(cfg.device))}
+    return _failure_row(run, status, message)

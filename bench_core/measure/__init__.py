@@ -1,0 +1,1 @@
+"""What is measured besides time: environment, FLOPs and MFU, efficiency columns, telemetry."""

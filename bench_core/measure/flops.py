@@ -1,0 +1,274 @@
+"""FLOPs per step (counted once, outside the timed window; 1 multiply-add = 2 FLOPs) and the
+dense peak FLOP/s that MFU divides by: a datasheet table for GPUs (data/gpu_peaks.csv), a
+measured large matmul on CPU, cached per machine by `bench peak`.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import functools
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+GPU_PEAKS_CSV = Path(__file__).resolve().parents[1] / "data" / "gpu_peaks.csv"
+# The peak class each precision is compared with: the dense tensor-core peak of its compute
+# dtype, except strict fp32, which runs on the non-tensor FP32 units.
+PEAK_CLASS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp-fp16": "fp16",
+              "bf16": "bf16", "amp-bf16": "bf16"}
+# A CPU peak is the best of two ops on the workload's kernel path (autocast where it autocasts),
+# each grown until one call takes MIN_OP_S: a square linear of N, and a 3x3 conv of
+# CPU_PEAK_CONV_CHANNELS channels at CPU_PEAK_CONV_SIZE px over a growing batch.
+PEAK_METHOD = "v2: best of linear and conv on the workload path"
+CPU_MATMUL_SIZES = (256, 512, 1024, 2048, 4096)
+CPU_CONV_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CPU_PEAK_CONV_CHANNELS, CPU_PEAK_CONV_SIZE = 64, 32  # small first: an emulated conv runs at < 1 GFLOP/s
+MIN_OP_S = 0.05
+CPU_PEAK_BUDGET_S = 1.0                # timed repeats per op after the size is chosen
+CPU_PEAK_REPEATS = (5, 20)             # at least / at most, the least only within CPU_PEAK_MAX_S
+CPU_PEAK_MAX_S = 3.0                   # per op: a slow (emulated) path stops here with fewer repeats
+# 1-min load average per core above which a measured peak is marked suspect (the run that
+# triggers the measurement itself accounts for about one per core).
+BUSY_LOAD_PER_CORE = 1.5
+
+
+def count_flops(step: Callable[[], object]) -> int | None:
+    """FLOPs of one call of `step` (train: forward + backward)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    fixes = {torch.ops.aten.convolution_backward: _conv_backward_flop}
+    with FlopCounterMode(display=False, custom_mapping=fixes) as counter:
+        step()
+    return counter.get_total_flops() or None
+
+
+def _conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
+                        _output_padding, groups, output_mask, out_shape=None, **kwargs) -> int:
+    """torch's formula with the weight gradient divided by `groups`: torch (2.14) counts it as
+    one ungrouped conv, which overcounts a depthwise conv's backward by its channel count
+    (MobileNet training came out at 23x its forward). The input gradient is right as is."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    def t(shape):
+        return [shape[1], shape[0]] + list(shape[2:])
+    flop = 0
+    if output_mask[0]:
+        flop += conv_flop_count(grad_out_shape, w_shape, out_shape[0], not transposed)
+    if output_mask[1]:
+        if transposed:
+            flop += conv_flop_count(t(grad_out_shape), t(x_shape), t(out_shape[1]), transposed=False) // groups
+        else:
+            flop += conv_flop_count(t(x_shape), t(grad_out_shape), t(out_shape[1]), transposed=False) // groups
+    return flop
+
+
+@dataclass(frozen=True)
+class Peak:
+    tflops: float | None   # dense peak TFLOP/s of one device, None when unknown
+    source: str            # where it comes from, or why it is unknown
+
+
+def peak_for(device_type: str, device_name: str | None, precision: str, threads: int | None = None,
+             measure: bool = True) -> Peak:
+    """The dense peak one device reaches in `precision`: GPU table, or measured on CPU."""
+    if device_type == "cuda":
+        return gpu_peak(device_name or "", precision)
+    if device_type == "cpu":
+        return cpu_peak(precision, threads, measure=measure)
+    return Peak(None, f"no peak for {device_type}: no dense per-precision figure is published; mfu left empty")
+
+
+# -- GPUs: datasheet table ----------------------------------------------------------------------
+
+@functools.cache
+def gpu_peak_table() -> tuple[dict, ...]:
+    with open(GPU_PEAKS_CSV, newline="") as handle:
+        lines = [line for line in handle if line.strip() and not line.startswith("#")]
+    return tuple(csv.DictReader(lines))
+
+
+def gpu_peak(gpu_name: str, precision: str) -> Peak:
+    """Dense peak from the table: the first row whose pattern matches the whole GPU name. Never
+    below the fp32 row: a GPU without tensor cores for the dtype (bf16 before Ampere) still
+    computes in fp32, so its emulated rows are divided by the fp32 peak."""
+    peak_class = PEAK_CLASS.get(precision)
+    if "MIG" in gpu_name:
+        return Peak(None, f"'{gpu_name}' is a MIG slice: its share of the peak is unknown; mfu left empty")
+    rows = [r for r in gpu_peak_table() if re.fullmatch(r["gpu_pattern"], gpu_name.strip(), re.IGNORECASE)]
+    if not rows:
+        return Peak(None, f"unknown GPU '{gpu_name}': not in {GPU_PEAKS_CSV.name}; mfu left empty")
+    by_class = {}
+    for row in rows:
+        by_class.setdefault(row["precision"], row)
+    own, fp32 = by_class.get(peak_class), by_class.get("fp32")
+    if own and (not fp32 or float(own["dense_tflops"]) >= float(fp32["dense_tflops"])):
+        return Peak(float(own["dense_tflops"]), f"datasheet, dense {peak_class}: {own['source']}")
+    if fp32:
+        return Peak(float(fp32["dense_tflops"]), f"the fp32 peak (no dense {peak_class} figure above it: no "
+                                                 f"{peak_class} tensor cores?): {fp32['source']}")
+    return Peak(None, f"{gpu_name} has no dense {peak_class} peak in {GPU_PEAKS_CSV.name} "
+                      f"(no {peak_class} tensor cores?); mfu left empty")
+
+
+# -- CPU: measured on the workload's kernel path, cached per machine ------------------------------
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "notebook-bench" / "cpu_peak.json"
+
+
+def _cpu_path(prec) -> str:
+    """The kernel path a precision's workload takes: fp32, a pure cast, or autocast."""
+    if prec.autocast_dtype:
+        return f"autocast {prec.autocast_dtype}"
+    return f"cast {prec.cast_dtype}" if prec.cast_dtype else "float32"
+
+
+def _cache_key(path: str, threads: int) -> str:
+    import torch
+    from bench_core.capability import cpu_facts
+    from bench_core.measure.environment import cpu_model
+    facts = cpu_facts()
+    env = "".join(f" {k}={v}" for k, v in facts.dispatch_env)
+    # PEAK_METHOD in the key: peaks measured another way (v1: one square mm) are never reused.
+    return (f"{cpu_model()} | torch {torch.__version__} | {facts.torch_capability}{env} | {threads} threads | "
+            f"{path} | {PEAK_METHOD}")
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _source(entry: dict) -> str:
+    text = (f"measured: {entry['op']} {entry['path']}, {entry['threads']} threads, "
+            f"best of {entry['repeats']} ({entry['measured_at'][:10]})")
+    load, cores = entry.get("load_avg_1m"), entry.get("cpu_count") or 1
+    if load is not None and load > BUSY_LOAD_PER_CORE * cores:
+        # A busy machine lowers the measured peak, which inflates every MFU divided by it.
+        text += f"; measured under load {load:.1f} on {cores} cores: re-measure with `bench peak --force`"
+    return text
+
+
+def cpu_peak(precision: str, threads: int | None = None, measure: bool = True, force: bool = False) -> Peak:
+    """The peak MFU divides by on this CPU: the best of linear and conv on the precision's own
+    kernel path, and never below the fp32 peak (the hardware can always compute in fp32; a slow
+    emulation is the workload using the machine badly, not a lower ceiling). Measured (a few
+    seconds, under a lock so parallel runs measure once) when not cached and `measure` is true."""
+    import torch
+    from bench_core.workload.precision import resolve_precision
+    prec = resolve_precision(precision)
+    if prec.tf32:
+        return Peak(None, "tf32 has no CPU peak (a CUDA tensor-core mode)")
+    threads = threads or torch.get_num_threads()
+    fp32 = _path_peak("float32", threads, measure, force)
+    path = _cpu_path(prec)
+    if fp32 is None:
+        return Peak(None, f"no measured peak for {threads} threads yet: run `bench peak`")
+    if path == "float32":
+        return Peak(fp32["tflops"], _source(fp32))
+    own = _path_peak(path, threads, measure, force)
+    if own is None:
+        return Peak(None, f"no measured {path} peak for {threads} threads yet: run `bench peak`")
+    if own["tflops"] >= fp32["tflops"]:
+        return Peak(own["tflops"], _source(own))
+    return Peak(fp32["tflops"], f"the fp32 peak held: {path} reached only {own['tflops']:.3g} TFLOP/s, below "
+                                f"fp32 (emulated?), and no peak is below fp32; {_source(fp32)}")
+
+
+def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | None:
+    key = _cache_key(path, threads)
+    entry = None if force else _read_cache().get(key)
+    if entry is not None or not measure:
+        return entry
+    from bench_core.files import atomic_write_text, locked
+    with locked(cache_path().parent):
+        entry = None if force else _read_cache().get(key)  # another process may have measured
+        if entry is None:
+            entry = measure_path_peak(path, threads)
+            cache = _read_cache()
+            cache[key] = entry
+            atomic_write_text(cache_path(), json.dumps(cache, indent=1, sort_keys=True))
+    return entry
+
+
+def measure_path_peak(path: str, threads: int) -> dict:
+    """Best TFLOP/s of a square linear and of a 3x3 conv on `path` ('float32', 'cast bfloat16',
+    'autocast float16', ...) with `threads` threads.
+
+    Each op grows until one call takes MIN_OP_S (small ones under-use the cores and the path is
+    not yet in steady state); then repeats run for CPU_PEAK_BUDGET_S. Best, not median: the peak
+    is what the hardware can do, and a disturbed repeat is slower, never faster.
+    """
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+    kind, _, dtype_name = path.partition(" ")
+    dtype = getattr(torch, dtype_name or "float32")
+    data_dtype = dtype if kind == "cast" else torch.float32
+
+    def context():
+        return torch.autocast("cpu", dtype=dtype) if kind == "autocast" else contextlib.nullcontext()
+
+    def linear(n):
+        x, w = torch.randn(n, n, dtype=data_dtype), torch.randn(n, n, dtype=data_dtype)
+        return (lambda: F.linear(x, w)), 2 * n ** 3, f"{n}x{n} linear"
+
+    def conv(batch):
+        c, hw = CPU_PEAK_CONV_CHANNELS, CPU_PEAK_CONV_SIZE
+        x = torch.randn(batch, c, hw, hw, dtype=data_dtype)
+        w = torch.randn(c, c, 3, 3, dtype=data_dtype)
+        return (lambda: F.conv2d(x, w, padding=1)), 2 * batch * c * c * 9 * hw * hw, \
+            f"{batch}x{c}x{hw}x{hw} 3x3 conv"
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    best = None
+    try:
+        with torch.inference_mode(), context():
+            for make, sizes in ((linear, CPU_MATMUL_SIZES), (conv, CPU_CONV_BATCHES)):
+                result = _best_of(make, sizes)
+                if best is None or result["tflops"] > best["tflops"]:
+                    best = result
+    finally:
+        torch.set_num_threads(previous)
+    return {**best, "path": path, "threads": threads, "statistic": "best", "method": PEAK_METHOD,
+            "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "load_avg_1m": os.getloadavg()[0], "cpu_count": os.cpu_count()}
+
+
+def _seconds(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def _best_of(make, sizes) -> dict:
+    for size in sizes:
+        call, flop, op = make(size)
+        call()  # warm-up: allocation, kernel selection
+        one_s = min(_seconds(call), _seconds(call))  # a disturbed call must not stop the growth early
+        if one_s >= MIN_OP_S:
+            break
+    least, most = CPU_PEAK_REPEATS
+    times = [one_s]
+    deadline = time.perf_counter() + CPU_PEAK_BUDGET_S
+    started = time.perf_counter()
+    while len(times) < most and (time.perf_counter() < deadline or
+                                 (len(times) < least and time.perf_counter() - started < CPU_PEAK_MAX_S)):
+        times.append(_seconds(call))
+    return {"tflops": flop / min(times) / 1e12, "median_tflops": flop / sorted(times)[len(times) // 2] / 1e12,
+            "op": op, "repeats": len(times)}
+
+
+# -- `bench peak` ---------------------------------------------------------------------------------
+
+

@@ -1,0 +1,240 @@
+"""NVML (nvidia-ml-py) for one CUDA device: power, energy, clocks, utilization, throttle reasons, other processes.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# NVML clock-event (throttle) reason bits, from nvml.h; stable across driver versions.
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def open_gpu(device, notes: list[str]) -> "NvmlDevice | None":
+    if device.type != "cuda":
+        notes.append(f"gpu columns empty: device is {device.type} (NVML reads NVIDIA GPUs only)")
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        notes.append("gpu columns empty: nvidia-ml-py (pynvml) is not installed")
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: degrade, never fail
+        notes.append(f"gpu columns empty: NVML unavailable ({_why(exc)})")
+        return None
+    try:
+        handle, how = _nvml_handle(pynvml, device)
+    except Exception as exc:  # noqa: BLE001 - telemetry must never fail the run
+        handle, how = None, f"lookup failed ({_why(exc)})"
+    if handle is None:
+        notes.append(f"gpu columns empty: no NVML device matches {device} by UUID or PCI bus id: {how}")
+        _shutdown(pynvml)
+        return None
+    if how != "uuid":
+        notes.append(f"NVML device matched by {how}")
+    return NvmlDevice(pynvml, handle)
+
+
+def _nvml_handle(nvml, device):
+    """The NVML handle of a torch device, by UUID, else PCI bus id. Never by index: NVML
+    numbers every GPU of the host, torch only the ones CUDA_VISIBLE_DEVICES lets it see."""
+    import torch
+    props = torch.cuda.get_device_properties(device.index or 0)
+    want_uuid = _uuid_hex(getattr(props, "uuid", ""))
+    want_bus = _torch_bus(props)
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    for handle in handles:
+        if want_uuid and _guard(lambda: _uuid_hex(nvml.nvmlDeviceGetUUID(handle))) == want_uuid:
+            return handle, "uuid"
+    for handle in handles:
+        if want_bus and _guard(lambda: _parse_bus(nvml.nvmlDeviceGetPciInfo(handle).busId)) == want_bus:
+            return handle, "PCI bus id (UUID did not match, e.g. a MIG instance: readings are the whole GPU's)"
+    return None, f"torch uuid {want_uuid or '?'}, bus {want_bus or '?'}"
+
+
+def _uuid_hex(value) -> str:
+    """'GPU-8e1c...' (NVML) and '8e1c...' (torch) both become 32 lowercase hex digits."""
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    text = re.sub(r"^(GPU|MIG)-", "", text.strip(), flags=re.IGNORECASE)
+    return re.sub(r"[^0-9a-f]", "", text.lower())
+
+
+def _parse_bus(value) -> tuple[int, int, int] | None:
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    m = re.search(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)", text)
+    return (int(m[1], 16), int(m[2], 16), int(m[3], 16)) if m else None
+
+
+def _torch_bus(props) -> tuple[int, int, int] | None:
+    parts = [getattr(props, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    return tuple(parts) if all(isinstance(p, int) for p in parts) else None
+
+
+def _guard(read):
+    try:
+        return read()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _shutdown(nvml) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def own_pids() -> set[int]:
+    """This process's pid in every pid namespace (NVML reports host pids inside containers)."""
+    pids = {os.getpid()}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                pids.update(int(p) for p in line.split()[1:])
+    except (OSError, ValueError):
+        pass
+    return pids
+
+
+@dataclass
+class NvmlDevice:
+    """Readings of one NVML device. Each query is guarded on its own: one that raises
+    (NotSupported on vGPU/MIG, ...) is dropped for the rest of the window and noted."""
+    nvml: object
+    handle: object
+    failed: dict = field(default_factory=dict)
+    power_w: list = field(default_factory=list)       # (t, W)
+    util_pct: list = field(default_factory=list)
+    sm_mhz: list = field(default_factory=list)
+    mem_used_max: int | None = None
+    temp_max: int | None = None
+    reasons: int = 0
+    foreign_pids: set = field(default_factory=set)
+    unresolved_self: bool = False
+    foreign_unresolved: int = 0                       # others seen when our pid is not in NVML's list
+    energy_mj: list = field(default_factory=list)     # counter at the first and last read
+
+    def query(self, name: str, read):
+        if name in self.failed:
+            return None
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError and friends
+            self.failed[name] = _why(exc)
+            return None
+
+    def sample(self, now: float, edge: bool = False, check_processes: bool = False) -> None:
+        n, h = self.nvml, self.handle
+        if edge:
+            energy = self.query("energy", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h))
+            if energy is not None:
+                self.energy_mj.append(energy)
+        mw = self.query("power", lambda: n.nvmlDeviceGetPowerUsage(h))
+        if mw is not None:
+            self.power_w.append((now, mw / 1000.0))
+        util = self.query("utilization", lambda: n.nvmlDeviceGetUtilizationRates(h).gpu)
+        if util is not None:
+            self.util_pct.append(util)
+        mhz = self.query("sm_clock", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
+        if mhz is not None:
+            self.sm_mhz.append(mhz)
+        used = self.query("memory", lambda: n.nvmlDeviceGetMemoryInfo(h).used)
+        if used is not None:
+            self.mem_used_max = max(self.mem_used_max or 0, int(used))
+        temp = self.query("temperature", lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
+        if temp is not None:
+            self.temp_max = max(self.temp_max if self.temp_max is not None else temp, temp)
+        bits = self._clock_reasons()
+        if bits is not None:
+            self.reasons |= int(bits)
+        if check_processes:
+            procs = self.query("processes", lambda: n.nvmlDeviceGetComputeRunningProcesses(h))
+            if procs is not None:
+                self._note_processes({int(p.pid) for p in procs})
+
+    def _clock_reasons(self):
+        n, h = self.nvml, self.handle
+        if "clock_events" not in self.failed and hasattr(n, "nvmlDeviceGetCurrentClocksEventReasons"):
+            bits = self.query("clock_events", lambda: n.nvmlDeviceGetCurrentClocksEventReasons(h))
+            if bits is not None:
+                return bits
+        # older bindings or drivers: the same bits under the old name
+        return self.query("throttle_reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+
+    def _note_processes(self, pids: set[int]) -> None:
+        ours = own_pids()
+        if pids & ours:
+            self.foreign_pids |= pids - ours
+        elif pids:
+            # Our pid is not visible to NVML (a container's pid namespace: NVML lists host pids).
+            # This process holds a context on the device, so it is one of them, but which one is
+            # unknowable: count the others, name no pid (the smallest pid is not ours by any rule).
+            self.unresolved_self = True
+            self.foreign_unresolved = max(self.foreign_unresolved, len(pids) - 1)
+
+    def columns(self, notes: list[str]) -> dict:
+        powers = [w for _, w in self.power_w]
+        cols = {
+            "power_w_mean": mean_or_none(powers), "power_w_max": max(powers, default=None),
+            "gpu_util_pct_mean": mean_or_none(self.util_pct),
+            "sm_clock_mhz_mean": mean_or_none(self.sm_mhz), "sm_clock_mhz_min": min(self.sm_mhz, default=None),
+            "gpu_mem_used_bytes": self.mem_used_max, "gpu_temp_c_max": self.temp_max,
+            "throttle_reasons": ";".join(decode_clock_reasons(self.reasons)) or None,
+        }
+        if "clock_events" in self.failed and "throttle_reasons" not in self.failed:
+            del self.failed["clock_events"]  # the fallback worked
+        energy_failure = self.failed.pop("energy", None)
+        if len(self.energy_mj) == 2 and self.energy_mj[1] >= self.energy_mj[0]:
+            cols.update(energy_j=(self.energy_mj[1] - self.energy_mj[0]) / 1000.0, energy_method="nvml-counter")
+        else:
+            integrated = integrate_power(self.power_w)
+            if integrated is not None:
+                cols.update(energy_j=integrated, energy_method="power-integration")
+            counter = energy_failure or "did not advance"
+            notes.append(f"energy {'from power samples' if integrated is not None else 'empty'}: "
+                         f"NVML energy counter {counter}")
+        if self.foreign_pids:
+            cols["noise_flags"] = "other-processes-on-device(pid " + ",".join(map(str, sorted(self.foreign_pids))) + ")"
+        elif self.foreign_unresolved:
+            cols["noise_flags"] = f"other-processes-on-device({self.foreign_unresolved} other, pids not resolvable)"
+        if self.unresolved_self:
+            notes.append("own pid not in NVML's process list (pid namespace): others counted, none named")
+        notes += [f"nvml {name}: {why}" for name, why in self.failed.items()]
+        return cols
+
+    def close(self) -> None:
+        _shutdown(self.nvml)
+
+
+def decode_clock_reasons(bits: int) -> list[str]:
+    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if bits & bit]
+    unknown = bits & ~sum(CLOCK_EVENT_REASONS)
+    return names + ([f"0x{unknown:x}"] if unknown else [])
+
+
+def integrate_power(samples: list[tuple[float, float]]) -> float | None:
+    """Joules from (seconds, watts) samples, trapezoid rule; None with fewer than two."""
+    if len(samples) < 2:
+        return None
+    return sum((t1 - t0) * (w0 + w1) / 2.0 for (t0, w0), (t1, w1) in zip(samples, samples[1:]))
+
+
+def mean_or_none(values):
+    return sum(values) / len(values) if values else None

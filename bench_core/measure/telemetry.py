@@ -1,0 +1,194 @@
+"""Telemetry over the timed window: a background thread reads counters while the steps run.
+
+NVIDIA GPUs through NVML (`nvidia-ml-py`): power, energy (total-energy counter difference; power
+integration only as fallback), utilization, SM clock, memory, temperature, clock-event reasons,
+other processes on the device. CPU: process utilization and RSS (psutil), package energy (RAPL).
+What cannot be read stays empty and `telemetry_note` says why; nothing here fails a run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from bench_core.measure.nvml import open_gpu
+from bench_core.measure.rapl import RAPL_ROOT, open_rapl
+
+GPU_INTERVAL_S = 0.05   # NVML power readings refresh every ~20-100 ms
+CPU_INTERVAL_S = 0.1    # RAPL and RSS only: cheaper, coarser is enough
+PROCESS_CHECK_EVERY = 10  # ticks between foreign-process checks (the heaviest NVML query)
+
+
+class Sampler:
+    """`with Sampler(backend) as s: <timed window>`; then `s.columns()` gives the telemetry columns.
+
+    The thread only reads counters (every `interval_s`); all arithmetic happens after the window.
+    `thread_cpu_s` is the CPU time the sampling thread itself used (its cost, for the record).
+    """
+
+    def __init__(self, backend, interval_s: float | None = None, powercap_root: Path | str = RAPL_ROOT):
+        self.backend = backend
+        self.device = backend.device
+        self.interval_s = interval_s or (GPU_INTERVAL_S if self.device.type == "cuda" else CPU_INTERVAL_S)
+        self.powercap_root = Path(powercap_root)
+        self.thread_cpu_s = 0.0
+        self.ticks = 0
+        self._columns: dict = {}
+
+    # -- the window --------------------------------------------------------------------
+    def __enter__(self) -> "Sampler":
+        self._notes: list[str] = []
+        self._gpu = open_gpu(self.device, self._notes)
+        self._rapl = open_rapl(self.device, self.powercap_root, self._notes)
+        self._process = psutil.Process()
+        self._rss_max = self._process.memory_info().rss
+        self._stop = threading.Event()
+        self._cpu0 = (_tree_cpu_s(self._process), _host_busy_s())
+        self._t0 = time.perf_counter()
+        self._read(self._t0, edge=True)
+        self._thread = threading.Thread(target=self._loop, name="bench-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        self._thread.join()
+        end = time.perf_counter()
+        cpu1 = (_tree_cpu_s(self._process), _host_busy_s())
+        self._read(end, edge=True)
+        try:
+            self._columns = self._summarise(end - self._t0, cpu1)
+        finally:
+            if self._gpu:
+                self._gpu.close()
+        return False
+
+    def _loop(self) -> None:
+        start = time.thread_time()
+        while not self._stop.wait(self.interval_s):
+            self._read(time.perf_counter())
+        self.thread_cpu_s = time.thread_time() - start
+
+    def _read(self, now: float, edge: bool = False) -> None:
+        """One reading of every counter; `edge` marks the first and the last (energy counters)."""
+        self.ticks += 1
+        if self._gpu:
+            self._gpu.sample(now, edge=edge, check_processes=edge or self.ticks % PROCESS_CHECK_EVERY == 0)
+        if self._rapl:
+            self._rapl.sample(now)
+        try:
+            self._rss_max = max(self._rss_max, self._process.memory_info().rss)
+        except psutil.Error:
+            pass
+
+    # -- after the window --------------------------------------------------------------
+    def _summarise(self, wall_s: float, cpu1) -> dict:
+        ours_s = cpu1[0] - self._cpu0[0]
+        busy_s = max(ours_s - self.thread_cpu_s, 0.0)
+        cols = {"cpu_util_pct_mean": busy_s / wall_s * 100.0 if wall_s > 0 else None}
+        if self._gpu:
+            cols.update(self._gpu.columns(self._notes))
+        elif self._rapl:
+            cols.update(self._rapl.columns(wall_s))
+        foreign = _foreign_cpu_flag(cpu1[1] - self._cpu0[1] - ours_s, wall_s)
+        if foreign:
+            cols["noise_flags"] = ";".join(f for f in (cols.get("noise_flags"), foreign) if f)
+        if WINDOW_RSS_COLUMN in _schema_columns():
+            cols[WINDOW_RSS_COLUMN] = self._rss_max
+        cols["telemetry_note"] = "; ".join(self._notes) or None
+        return cols
+
+    def columns(self) -> dict:
+        return dict(self._columns)
+
+    @property
+    def rss_bytes_max(self) -> int:
+        """Largest RSS sampled during the window (the row's peak_rss_bytes is the lifetime peak)."""
+        return self._rss_max
+
+
+# Emitted only once the result schema has it (make_row refuses unknown columns).
+WINDOW_RSS_COLUMN = "window_peak_rss_bytes"
+# Other processes' CPU use during the window, in cores, above which the row is flagged.
+FOREIGN_CPU_CORES = 0.25
+
+
+def _schema_columns() -> list[str]:
+    from bench_core.results.rows import columns
+    return columns()
+
+
+def _tree_cpu_s(process: psutil.Process) -> float:
+    """CPU seconds of this process and its live children (e.g. compile workers)."""
+    total = 0.0
+    for p in [process] + _children(process):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _children(process: psutil.Process) -> list:
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _host_busy_s() -> float:
+    """Busy CPU seconds of the whole host, summed over CPUs (psutil's cpu_percent arithmetic)."""
+    t = psutil.cpu_times()
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest is in user
+    return total - t.idle - getattr(t, "iowait", 0.0)
+
+
+def _foreign_cpu_flag(others_s: float, wall_s: float) -> str | None:
+    """Other processes busy on the host CPU during the window: the CPU's 'other processes on
+    the device'. Skipped in multi-process runs, where the other ranks are expected."""
+    import torch.distributed as dist
+    if wall_s <= 0 or (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return None
+    cores = others_s / wall_s
+    return f"other-processes-on-cpu({cores:.2f} cores)" if cores > FOREIGN_CPU_CORES else None
+
+
+def combine_ranks(per_rank: list[dict]) -> dict:
+    """One row's telemetry from every rank's `columns()` (each rank samples its own device).
+
+    Per-device meaning is kept: energy and power are the mean per device, maxima the max,
+    minima the min; reasons, flags and notes are unions.
+    """
+    def values(key):
+        return [c[key] for c in per_rank if c.get(key) is not None]
+
+    def mean(key):
+        v = values(key)
+        return sum(v) / len(v) if v else None
+
+    def union(key, sep=";"):
+        seen: list[str] = []
+        for v in values(key):
+            seen += [p for p in str(v).split(sep) if p and p not in seen]
+        return sep.join(seen) or None
+
+    out = {k: mean(k) for k in ("power_w_mean", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
+                                "cpu_util_pct_mean")}
+    out.update({k: max(values(k), default=None) for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max")})
+    out["sm_clock_mhz_min"] = min(values("sm_clock_mhz_min"), default=None)
+    methods = set(values("energy_method"))  # the weakest method used by any rank
+    out["energy_method"] = next((m for m in ("power-integration", "nvml-counter", "rapl") if m in methods), None)
+    out.update({k: union(k) for k in ("throttle_reasons", "noise_flags")})
+    out["telemetry_note"] = union("telemetry_note", sep="; ")
+    return out
+
+
+# -- NVIDIA (NVML) ---------------------------------------------------------------------------
+
+
+# -- CPU package energy (RAPL via powercap) ----------------------------------------------------
+
+

@@ -1,0 +1,26 @@
+"""Result rows: the column schema and how a row is made (rows.py), and the store of an output folder (store.py).
+
+This face re-exports what callers use; inside bench_core, import from the module itself.
+"""
+from __future__ import annotations
+
+from bench_core.files import (  # noqa: F401 - re-exported
+    atomic_write_text,
+    locked,
+)
+from bench_core.results.rows import (  # noqa: F401 - re-exported
+    SCHEMA_VERSION,
+    STATUSES,
+    columns,
+    error_message,
+    first_line,
+    make_row,
+    schema,
+)
+from bench_core.results.store import (  # noqa: F401 - re-exported
+    dumps_rows,
+    iter_rows,
+    read_run,
+    rebuild_csv,
+    write_run,
+)

@@ -1,0 +1,154 @@
+"""The row schema: one documented column list, the statuses, and how a row is made.
+"""
+from __future__ import annotations
+
+
+
+# 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
+# 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
+#    tf32_flags, nccl_version
+SCHEMA_VERSION = 3
+
+
+STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
+
+
+# (column, description). Config fields are inserted after the identity block.
+_IDENTITY = [
+    ("schema_version", "version of this column list"),
+    ("run_id", "unique id of the run (one process running one config)"),
+    ("timestamp", "UTC time the row was made, ISO 8601"),
+    ("config_hash", "hash of the config as requested (batch_size max included): the same config has the same hash"),
+    ("repeat", "repeat index, 0-based"),
+    ("status", "ok | oom | nan | error | unsupported | crashed | timeout | interrupted"),
+    ("message", "why, when status is not ok"),
+]
+
+
+_MEASURED = [
+    ("batch_size_requested", "per-device batch size asked for ('max': found by an explicit search, see batch_search)"),
+    ("batch_size_actual", "per-device batch size that ran"),
+    ("batch_search", "with batch_size max: the search's one line (largest that ran, first that failed, every probe)"),
+    ("global_batch_size", "batch_size_actual x world_size"),
+    ("world_size", "number of worker processes (devices)"),
+    ("dist_backend", "nccl | gloo | empty for one process"),
+    ("device_type", "cpu | cuda | mps"),
+    ("device_name", "GPU name, or the CPU model"),
+    ("device_count", "devices of that type on this host"),
+    ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
+    ("data", "always 'synthetic': random tensors made once on the device"),
+    ("input_shape", "shape of one sample, e.g. 3x224x224"),
+    ("timed_steps", "steps in the timed window"),
+    ("timed_s", "wall seconds of the timed window (slowest rank)"),
+    ("samples_per_s", "global batch x timed steps / timed seconds"),
+    ("samples_per_s_per_device", "samples_per_s / world_size"),
+    ("batches_per_s", "timed steps x world size / timed seconds"),
+    ("mpx_per_s", "width x height x global batch x steps / (seconds x 1e6); 2D models"),
+    ("mvox_per_s", "depth x height x width x global batch x steps / (seconds x 1e6); 3D models"),
+    ("s_per_iter", "timed seconds / timed steps"),
+    ("step_time_ms_median", "median step time, ms"),
+    ("step_time_ms_mean", "mean step time, ms"),
+    ("step_time_ms_std", "standard deviation of step times, ms"),
+    ("step_time_ms_p5", "5th percentile step time, ms"),
+    ("step_time_ms_p95", "95th percentile step time, ms"),
+    ("step_time_cv", "std / mean of step times"),
+    ("step_times_ms", "every step time of the window, ms, space separated"),
+    ("first_step_ms", "the first (cold) step, untimed for throughput, ms"),
+    ("compile_s", "torch.compile time (first compiled step), s; empty when compile is off"),
+    ("warmup_s", "seconds of the untimed warm-up steps"),
+    ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
+    ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
+    ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),
+    ("window_peak_rss_bytes", "largest RSS sampled during the timed window (telemetry)"),
+    ("loss_final", "last loss of the window (train)"),
+    ("loss_finite", "the last loss / output of the window was finite"),
+    ("tf32_enabled", "TF32 allowed for fp32 matmul and conv, as torch reads it back after setting it"),
+    ("tf32_flags", "every TF32 accessor read back after setting (legacy allow_tf32 / matmul precision and the "
+                   "fp32_precision strings)"),
+    ("cudnn_benchmark_enabled", "torch.backends.cudnn.benchmark as set"),
+    ("threads", "torch intra-op threads during the run"),
+    ("replicas_in_sync", "DDP train: every rank's parameters bitwise equal after the window (sha256); empty otherwise"),
+    ("profile_trace", "path of the torch.profiler chrome trace (with --profile; taken after the window)"),
+    ("profile_top_ops", "path of the top-operators table of that profile"),
+]
+
+
+_EFFICIENCY = [
+    ("power_w_mean", "mean power of one device over the window, W (NVML)"),
+    ("power_w_max", "max power of one device over the window, W (NVML)"),
+    ("energy_j", "energy of one device over the window, J"),
+    ("energy_method", "nvml-counter | power-integration | rapl (empty when unknown)"),
+    ("gpu_util_pct_mean", "mean GPU utilization, %"),
+    ("sm_clock_mhz_mean", "mean SM clock, MHz"),
+    ("sm_clock_mhz_min", "min SM clock, MHz"),
+    ("gpu_mem_used_bytes", "device memory used (NVML, includes the CUDA context and other processes)"),
+    ("gpu_temp_c_max", "max GPU temperature, C"),
+    ("throttle_reasons", "clock-event reasons seen during the window"),
+    ("cpu_util_pct_mean", "process CPU utilization, % of one core"),
+    ("telemetry_note", "why telemetry columns are empty"),
+    ("flops_per_sample", "FLOPs per sample per step (FlopCounterMode, grouped-conv backward corrected; 1 MAC = 2 FLOPs; train = fwd + bwd)"),
+    ("achieved_tflops", "flops_per_sample x samples_per_s / 1e12"),
+    ("peak_tflops", "dense peak TFLOP/s per device for the precision used"),
+    ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),
+    ("mfu", "achieved_tflops / (peak_tflops x world_size); empty when above 1 (see mfu_rejected)"),
+    ("mfu_rejected", "an MFU above 1, not shown as mfu: the peak it divides by is too low (flagged)"),
+    ("samples_per_j", "per-device samples in the window / device energy_j (or / power_w_mean)"),
+    ("j_per_1k_samples", "joules per 1000 samples"),
+    ("samples_per_s_per_w", "samples_per_s_per_device / power_w_mean"),
+    ("cost_per_million_samples", "price_per_hour x devices / (samples_per_s x 3600) x 1e6"),
+    ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes)"),
+]
+
+
+_ENVIRONMENT = [
+    ("host", "host name"), ("os", "operating system"), ("python_version", "Python version"),
+    ("cpu_model", "CPU model"), ("cpu_count", "logical CPUs"), ("torch_threads", "torch default threads"),
+    ("torch_version", "torch"), ("torchvision_version", "torchvision"), ("timm_version", "timm"),
+    ("smp_version", "segmentation-models-pytorch"), ("cuda_version", "CUDA runtime of torch"),
+    ("cudnn_version", "cuDNN"), ("nccl_version", "NCCL of torch (CUDA only; must match across nodes)"),
+    ("driver_version", "NVIDIA driver"), ("gpu_count", "GPUs visible"),
+    ("gpu_name", "GPU name"), ("gpu_uuid", "GPU UUID"), ("gpu_memory_bytes", "GPU memory"),
+    ("gpu_compute_capability", "compute capability"), ("rank_devices", "every rank's device"),
+    ("precision_support_reason", "why the precision is native or emulated on this device"),
+    ("cpu_isa_dispatch", "torch's CPU dispatch level (AVX512, AVX2, ...)"),
+    ("cpu_dtype_flags", "the CPU's bf16/fp16 ISA flags (avx512_bf16, amx_bf16, avx512_fp16, ...)"),
+    ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set"),
+    ("project_version", "notebook-bench version"), ("git_commit", "project commit"),
+]
+
+
+def _config_columns() -> list[tuple[str, str]]:
+    import dataclasses
+    from bench_core.config.schema import BenchConfig
+    return [(f.name, f"config: {f.metadata['help']}") for f in dataclasses.fields(BenchConfig)]
+
+
+def schema() -> list[tuple[str, str]]:
+    return _IDENTITY + _config_columns() + _MEASURED + _EFFICIENCY + _ENVIRONMENT
+
+
+def columns() -> list[str]:
+    return [name for name, _ in schema()]
+
+
+def first_line(text: str, limit: int = 500) -> str:
+    """The first line of a message, cut to `limit` characters: a row's message is one line."""
+    lines = str(text).strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
+def error_message(exc: BaseException) -> str:
+    """`Type: first line of the message`, as failure rows and notes carry it."""
+    return f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}"
+
+
+def make_row(**values) -> dict:
+    """A full row: every column present (None when unknown); unknown names refused."""
+    names = columns()
+    unknown = set(values) - set(names)
+    if unknown:
+        raise KeyError(f"not in the result schema: {sorted(unknown)}")
+    row = {name: None for name in names}
+    row.update(values)
+    row["schema_version"] = SCHEMA_VERSION
+    return row

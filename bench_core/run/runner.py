@@ -1,0 +1,357 @@
+"""run_benchmark(BenchConfig) -> result rows: build, warm up, time, measure, record.
+
+A failure is a result: OOM, NaN loss, an exception or an unsupported precision each
+becomes a row with its status and message.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import time
+import uuid
+import warnings
+from typing import Callable
+
+import torch
+
+from bench_core.launch import torchrun
+from bench_core.run import ddp
+
+from bench_core.measure import efficiency, environment, flops, telemetry
+from bench_core.measure import noise
+from bench_core.capability import EMULATED, emulated_warning
+from bench_core.config.schema import MAX_BATCH, BenchConfig
+from bench_core.config import ConfigError
+from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import EmulatedPrecisionWarning, Precision, resolve_precision
+from bench_core.workload.tasks import first_tensor, make_workload
+from bench_core.run.timing import StepStats, Window, time_one, timed_window
+from bench_core.results.rows import error_message
+
+Progress = Callable[[str], None]
+
+
+def run_benchmark(cfg: BenchConfig, progress: Progress | None = None) -> list[dict]:
+    """Run one configuration; return one row per repeat (or one row saying why not).
+
+    With nproc_per_node > 1 (or nnodes > 1) and no process group yet, this launches torchrun
+    workers and returns the combined rows that rank 0 wrote. With batch_size max, an explicit
+    search (capacity.find_max_batch, each probe in a fresh process) comes first.
+    """
+    if cfg.batch_size == MAX_BATCH:
+        from bench_core.launch.batch_search import run_at_max_batch
+        return run_at_max_batch(cfg, isolate=True, progress=progress)[1]
+    if cfg.world_size > 1 and not ddp.in_worker():
+        try:
+            return torchrun.launch(cfg, progress=progress)
+        except ConfigError as exc:  # more workers than devices: a sweep records it and goes on
+            return [_failure_row({**_run_fields(cfg), **environment.collect()}, "unsupported", str(exc))]
+    return _run_here(cfg, progress or (lambda msg: None))
+
+
+def _run_fields(cfg: BenchConfig) -> dict:
+    return {"run_id": _run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(),
+            "batch_size_requested": cfg.batch_size, "data": "synthetic", "world_size": cfg.world_size}
+
+
+def _run_here(cfg: BenchConfig, progress: Progress) -> list[dict]:
+    if cfg.compile != "off":
+        # Compile from scratch, as a fresh process would. Otherwise an earlier compiled run in
+        # this process (a notebook, a sweep, find-batch) leaves dynamo's code cache behind: a new
+        # batch size recompiles with the batch dimension marked dynamic, and a third run reuses
+        # that graph (compile_s ~0.1 s, dynamic-shape kernels).
+        import torch._dynamo
+        torch._dynamo.reset()
+    session = Session(cfg, progress)
+    try:
+        if not session.open():
+            return [session.failure]
+        rows = []
+        for repeat in range(cfg.repeats):
+            row = session.window(repeat)
+            if session.failure:
+                return [session.failure]
+            rows.append(row)
+        noise.flag_unstable_repeats(rows)
+        if cfg.profile:
+            from bench_core.run import profiling
+            profiling.profile_after_window(session.step, session.backend, cfg, rows)
+        return rows
+    finally:
+        session.close()
+
+
+class Session:
+    """One configuration built and warmed up once; `window(repeat)` times one repeat -> one row.
+
+    run_benchmark opens one per run; `bench compare` keeps two open and alternates their
+    windows. A failure (OOM, error, unsupported) becomes `self.failure`, a row saying why.
+    """
+
+    def __init__(self, cfg: BenchConfig, progress: Progress | None = None, default_threads: int | None = None):
+        self.cfg = cfg
+        self.progress = progress or (lambda msg: None)
+        self.default_threads = default_threads or torch.get_num_threads()
+        # TF32 and cudnn.benchmark as the caller had them, put back by close(). Taken here, not at
+        # open(): `bench compare` makes both sessions before opening either.
+        self.numerics_before = numerics_state()
+        self.run = _run_fields(cfg)
+        self.ctx = ddp.context()
+        self.backend: Backend | None = None
+        self.precision: Precision | None = None
+        self.spec = self.step = self.last = self.fixed_steps = None
+        self.failure: dict | None = None
+
+    def open(self) -> bool:
+        """Resolve the device, build and warm up; False (and `self.failure`) if that failed."""
+        cfg, run, ctx = self.cfg, self.run, self.ctx
+        try:
+            device = resolve_device(cfg.device, ctx.local_rank)
+        except ConfigError as exc:
+            self.failure = _failure_row(run, "unsupported", str(exc))
+            return False
+        self.backend = backend = Backend.for_device(device)
+        self.precision = resolve_precision(cfg.precision)
+        run.update(environment.collect(device))
+        run.update(device_type=device.type, device_name=backend.device_name(), device_count=backend.device_count(),
+                   world_size=ctx.world_size, dist_backend=ctx.backend or None)
+        found = backend.support(self.precision, cfg.mode)
+        run.update(precision_support=found.level, precision_support_reason=found.reason)
+        if not found.runs:
+            self.failure = _failure_row(run, "unsupported", found.reason)
+            return False
+        if found.level == EMULATED:
+            # Asked for explicitly, it runs (people want to see what it costs); one warning per
+            # precision and process, the same text in a terminal and in a notebook's output.
+            warnings.warn(emulated_warning(self.precision, found), EmulatedPrecisionWarning, stacklevel=2)
+        backend.bind()  # this process benchmarks: the only place a CUDA context is made
+        return self._guarded(self._build) is not None
+
+    def window(self, repeat: int) -> dict:
+        """One timed window -> one row (the failure row if it failed)."""
+        return self._guarded(self._window, repeat) or self.failure
+
+    def close(self) -> None:
+        """Free the model, restore the threads and the numerics knobs (TF32, cudnn.benchmark):
+        the next configuration, or the notebook cell after a run, starts as this one did."""
+        self.step = self.last = None
+        torch.set_num_threads(self.default_threads)
+        restore_numerics(self.numerics_before)
+        if self.backend is not None:
+            self.backend.release_memory()
+
+    def _apply_knobs(self) -> None:
+        # Process-wide knobs, set before every window: another open session may have changed them.
+        torch.set_num_threads(self.cfg.num_threads or self.default_threads)
+        self.run.update(self.backend.apply_knobs(self.precision, self.cfg.cudnn_benchmark),
+                        threads=torch.get_num_threads())
+
+    def _build(self) -> bool:
+        cfg, run, backend, precision, ctx = self.cfg, self.run, self.backend, self.precision, self.ctx
+        device = backend.device
+        torch.manual_seed(cfg.seed)
+        self._apply_knobs()
+        self.spec = spec = resolve_model(cfg.model)
+        model = spec.build(cfg).to(device)
+        input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
+        if precision.cast_dtype:
+            model = model.to(input_dtype)
+        if cfg.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train(cfg.mode == "train")
+        workload = make_workload(spec.task, cfg, device, input_dtype)
+        run["input_shape"] = _sample_shape(cfg, spec.task)
+        model = ddp.wrap(model, device, cfg.mode)
+
+        eager_step, self.last = _make_step(cfg, model, workload, precision, device)
+        self.step = eager_step
+        if cfg.compile != "off":
+            compiled = torch.compile(model, mode=None if cfg.compile == "default" else cfg.compile)
+            self.step, self.last = _make_step(cfg, compiled, workload, precision, device)
+
+        self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up")
+        backend.reset_peak_memory()
+        first_s = time_one(self.step, backend)
+        run["first_step_ms"] = first_s * 1e3
+        run["compile_s"] = first_s if cfg.compile != "off" else None
+        flops_per_step = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        # With compile on, the eager step has its own optimizer: once counted, drop it, or its
+        # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
+        del eager_step
+        warm_start = time.perf_counter()
+        for _ in range(max(cfg.warmup_steps - 1, 0)):
+            self.step()
+        backend.synchronize()
+        run["warmup_s"] = time.perf_counter() - warm_start
+        per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
+        self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
+        run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * ctx.world_size,
+                   flops_per_sample=flops_per_step / cfg.batch_size if flops_per_step else None)
+        return True
+
+    def _window(self, repeat: int) -> dict:
+        cfg, backend, ctx = self.cfg, self.backend, self.ctx
+        self._apply_knobs()
+        ddp.barrier()
+        # Each window's own peak: not the build's, the FLOP-count step's or compilation's.
+        backend.reset_peak_memory()
+        with telemetry.Sampler(backend) as sampler, _no_recompile(cfg.compile):
+            window = timed_window(self.step, backend, cfg.steps, cfg.min_seconds, fixed_steps=self.fixed_steps)
+        window = ddp.slowest(window)
+        row = {**self.run, "repeat": repeat,
+               **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),
+               **_all_ranks_memory(backend.memory_stats(), ctx), **_all_ranks_telemetry(sampler.columns(), ctx),
+               **_finiteness(cfg, self.last[0])}
+        row["status"] = "ok" if row["loss_finite"] else "nan"
+        row["message"] = None if row["loss_finite"] else \
+            f"non-finite {'loss' if cfg.mode == 'train' else 'output'} in repeat {repeat}"
+        row.update(efficiency.derive(row, cfg))
+        row = _finish_row(row)
+        self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat + 1}/{cfg.repeats} "
+                      f"{row['samples_per_s']:.1f} samples/s [{row['status']}]")
+        return row
+
+    def _guarded(self, method, *args):
+        try:
+            return method(*args)
+        except Exception as exc:  # noqa: BLE001 - every failure must become a row
+            status = "oom" if self.backend.is_oom(exc) else "error"
+            self.failure = _failure_row(self.run, status, error_message(exc))
+            return None
+
+
+def _all_ranks_memory(stats: dict, ctx) -> dict:
+    """Peak memory of the row: the largest over ranks (the device that runs out first), not the writer's."""
+    if ctx.world_size == 1:
+        return stats
+    gathered: list = [None] * ctx.world_size
+    torch.distributed.all_gather_object(gathered, stats)
+    return {key: max((g[key] for g in gathered if g.get(key) is not None), default=None) for key in stats}
+
+
+def _all_ranks_telemetry(columns: dict, ctx) -> dict:
+    """Telemetry of every rank's device combined (sums of energy, worst flags), not only rank 0's."""
+    if ctx.world_size == 1:
+        return columns
+    gathered: list = [None] * ctx.world_size
+    torch.distributed.all_gather_object(gathered, columns)
+    return telemetry.combine_ranks(gathered)
+
+
+def _make_step(cfg, model, workload, precision: Precision, device):
+    """The step closure: exactly what a hand-written loop would do, nothing more."""
+    last: list = [None]
+    autocast_dtype = getattr(torch, precision.autocast_dtype) if precision.autocast_dtype else None
+
+    def autocast():
+        if autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=autocast_dtype)
+
+    if cfg.mode == "infer":
+        call = workload.infer_call
+
+        def infer_step():
+            with torch.inference_mode(), autocast():
+                last[0] = call(model)
+        return infer_step, last
+
+    optimizer = _optimizer(cfg.optimizer, model)
+    scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
+    call, loss_of = workload.train_call, workload.loss
+
+    if scaler is None:
+        def train_step():
+            optimizer.zero_grad(set_to_none=True)
+            with autocast():
+                loss = loss_of(call(model))
+            loss.backward()
+            optimizer.step()
+            last[0] = loss
+        return train_step, last
+
+    def scaled_train_step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_of(call(model))
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        last[0] = loss
+    return scaled_train_step, last
+
+
+def _optimizer(name: str, model) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4)
+    return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+
+
+@contextlib.contextmanager
+def _no_recompile(compile_mode: str):
+    """A recompilation inside the timed window is an error, not a slowdown."""
+    if compile_mode == "off":
+        yield
+        return
+    import torch._dynamo
+    previous = torch._dynamo.config.error_on_recompile
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        yield
+    finally:
+        torch._dynamo.config.error_on_recompile = previous
+
+
+def _throughput(cfg, task: str, window: Window, global_batch: int, world_size: int) -> dict:
+    stats = StepStats.from_seconds(window.step_s)
+    samples = global_batch * window.steps
+    seconds = window.seconds
+    pixels = cfg.width * cfg.height
+    return {
+        "timed_steps": window.steps, "timed_s": seconds,
+        "samples_per_s": samples / seconds,
+        "samples_per_s_per_device": samples / seconds / world_size,
+        "batches_per_s": window.steps * world_size / seconds,
+        "mpx_per_s": pixels * samples / seconds / 1e6 if task != "volumetric" else None,
+        "mvox_per_s": pixels * cfg.depth * samples / seconds / 1e6 if task == "volumetric" else None,
+        "s_per_iter": seconds / window.steps,
+        **stats.to_columns(),
+        "step_times_ms": " ".join(f"{s * 1e3:.3f}" for s in window.step_s),
+    }
+
+
+def _finiteness(cfg, output) -> dict:
+    tensor = first_tensor(output)
+    if tensor is None:
+        return {"loss_final": None, "loss_finite": True}
+    finite = bool(torch.isfinite(tensor.detach()).all())
+    loss = float(tensor.detach().float()) if cfg.mode == "train" and tensor.numel() == 1 else None
+    return {"loss_final": loss, "loss_finite": finite}
+
+
+def _sample_shape(cfg, task: str) -> str:
+    if task == "volumetric":
+        return f"1x{cfg.depth}x{cfg.height}x{cfg.width}"
+    return f"3x{cfg.height}x{cfg.width}"
+
+
+def _run_id(cfg: BenchConfig) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{cfg.config_hash()}-{uuid.uuid4().hex[:6]}"
+
+
+
+
+def _failure_row(run: dict, status: str, message: str) -> dict:
+    return _finish_row({**run, "repeat": 0, "status": status, "message": message})
+
+
+def _finish_row(row: dict) -> dict:
+    from bench_core.results.rows import make_row
+    row["timestamp"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return make_row(**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})

@@ -1,0 +1,225 @@
+"""The report's sections on trust and context: step times, scaling, efficiency, references, failures, environment, method.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from bench_core.measure import noise
+from bench_core.summary.html import columns_for, device_names, esc, label_columns, note, ordered, paragraph, plain_log_ticks, rotate_ticks, section, show_figure, show_html, show_table, table_html
+from bench_core.summary.text import is_present, num_text, wrap_text
+from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
+from bench_core.summary.reference import (
+    load_reference,
+    matched_reference_scaling,
+    reference_matches,
+    reference_scaling,
+)
+from bench_core.summary.tables import (
+    efficiency_table,
+    environment_table,
+    failures_table,
+    method_settings,
+    noise_table,
+    scaling_table,
+    step_times_long,
+)
+
+
+@section
+def show_step_times(res: Results) -> None:
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    steps = step_times_long(res)
+    if steps.empty:
+        note("No per-step times in these rows (the step_times_ms column is empty or absent).")
+        return
+    several = steps["machine"].nunique() > 1
+    steps = steps.assign(who=steps["config"] + (" · " + steps["machine"] if several else ""))
+    order = sorted(steps["who"].unique())
+    fig, ax = plt.subplots(figsize=(9.5, 1.2 + 0.38 * len(order)))
+    sns.boxplot(data=steps, y="who", x="step_ms", order=order, whis=(0, 100), showfliers=False, color="#cfe0f3",
+                log_scale=True, ax=ax)
+    sns.stripplot(data=steps, y="who", x="step_ms", order=order, size=3, color="#1f4e79", alpha=0.6, jitter=0.2,
+                  ax=ax)
+    plain_log_ticks(ax.xaxis)
+    ax.set(xlabel="step time, ms (log scale)", ylabel="",
+           title="Every timed step of every repeat (box: quartiles, whiskers: min–max)")
+    show_figure(fig, "Distribution of step times per configuration")
+
+
+@section
+def show_scaling(res: Results) -> None:
+    import matplotlib.pyplot as plt
+    table = scaling_table(res)
+    reference = reference_scaling()
+    matched = matched_reference_scaling(table, reference, device_names(res))
+    if table.empty:
+        note("No scaling data: every configuration ran on one device count. A sweep over devices "
+             "(params/scaling.yaml, or bench run --nproc-per-node N) fills this section.")
+    else:
+        table = table.assign(curve=label_columns(table, always=("precision",), never=("world_size",)))
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        top = float(table["world_size"].max())
+        ax.plot([1, top], [1, top], color="grey", linestyle="--", label="ideal (speed-up = devices)")
+        for label, group in table.groupby("curve", sort=False):
+            ax.plot(group["world_size"], group["speedup"], marker="o", label=wrap_text(label, 50))
+        for label, group in (matched.groupby("label", sort=False) if not matched.empty else []):
+            group = group[group["gpus"] <= max(top, 8)]
+            ax.plot(group["gpus"], group["speedup"], marker="s", linestyle=":", color="black", alpha=0.6,
+                    label=label)
+        devices = sorted(set(table["world_size"].dropna()) | {1})
+        ax.set_xticks(devices, [num_text(v) for v in devices])
+        ax.set(xlabel="devices (world size)", ylabel="speed-up over 1 device", title="Scaling")
+        ax.legend(fontsize=7)
+        show_figure(fig, "Speed-up against the number of devices, with the ideal line")
+        show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
+                           "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
+                           "nodes": "nodes", "samples_per_s": "samples/s", "samples_per_s_per_device":
+                           "samples/s per device", "speedup": "speed-up vs 1 device",
+                           "efficiency": "scaling efficiency", "repeats": "repeats"}))
+        if table["speedup"].isna().any():
+            note("Speed-up and efficiency are empty where the same workload has no 1-device run.")
+    columns = {"source": "source", "gpu": "GPU", "precision": "precision", "batch_size": "batch / GPU",
+               "gpus": "GPUs", "nodes": "nodes", "value": "images/s", "speedup": "speed-up",
+               "efficiency": "scaling efficiency", "note": "note"}
+    if not matched.empty:
+        paragraph("Published DLPerf figures for the same GPU and workload, beside ours:")
+        show_table(matched, columns)
+    elif not reference.empty:
+        note("No result here ran on DLPerf's hardware (Tesla V100-SXM2-16GB, ResNet-50 training at 224 px); "
+             "its published scaling, for context:")
+        show_html(f"<details><summary>DLPerf ResNet-50 v1.5 scaling on V100 ({len(reference)} rows)</summary>"
+                  f"{table_html(reference, columns)}</details>")
+
+
+@section
+def show_efficiency(res: Results) -> None:
+    import seaborn as sns
+    table = efficiency_table(res)
+    if table.empty:
+        note("No successful rows: no efficiency figures.")
+        return
+    wanted = {"MFU": "mfu", "energy per sample": "j_per_1k_samples", "perf per watt": "samples_per_s_per_w",
+              "cost per million samples": "cost_per_million_samples"}
+    for what, column in wanted.items():
+        if table[column].notna().any():
+            continue
+        reason = {"mfu": "no peak FLOP/s is known for these devices (run `bench peak` on a CPU machine; "
+                         "GPUs need an entry in the peak table)",
+                  "j_per_1k_samples": "no energy or power was measured (no NVML GPU, no readable RAPL counter)",
+                  "samples_per_s_per_w": "no power was measured",
+                  "cost_per_million_samples": "no price was given (--price-per-hour, or per device in the sweep "
+                                              "file)"}[column]
+        note(f"No {what}: {reason}.")
+    notes = sorted({str(v) for v in table["telemetry_note"] if is_present(v)})
+    if notes:
+        note("Telemetry notes: " + "; ".join(notes))
+    several = table["machine"].nunique() > 1
+    table = table.assign(mfu_pct=table["mfu"] * 100, label=label_columns(table, always=("precision",) if several else ()))
+    for column, ylabel in (("mfu_pct", "MFU, % of peak"), ("j_per_1k_samples", "joules per 1000 samples"),
+                           ("cost_per_million_samples", "cost per million samples")):
+        data = table.dropna(subset=[column])
+        if data.empty:
+            continue
+        g = sns.catplot(data=data, kind="bar", x="label", y=column, hue="machine" if several else "precision",
+                        col="mode", order=sorted(data["label"].unique()), col_order=ordered(data["mode"], MODE_ORDER),
+                        hue_order=None if several else ordered(data["precision"], PRECISION_ORDER),
+                        estimator="median", errorbar=None,
+                        height=3.2, aspect=max(1.2, 0.28 * data["label"].nunique()))
+        g.set_axis_labels("", ylabel)
+        g.set_titles("{col_name}")
+        rotate_ticks(g)
+        show_figure(g.figure, ylabel)
+    columns = {"machine": "machine", "config": "configuration", "samples_per_s": "samples/s",
+               "achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu_pct": "MFU %",
+               "peak_source": "peak source", "power_w_mean": "mean power W", "samples_per_j": "samples/J",
+               "j_per_1k_samples": "J / 1k samples", "samples_per_s_per_w": "samples/s per W",
+               "energy_method": "energy from", "price_per_hour": "price / hour",
+               "cost_per_million_samples": "cost / million samples"}
+    show_table(table, {k: v for k, v in columns.items() if k in ("machine", "config", "samples_per_s")
+                       or table[k].notna().any()})
+    flagged = noise_table(res)
+    if flagged.empty:
+        note("Noise flags: no row was flagged (checks: step-time CV, throttling, clocks, other processes "
+             "on the device).")
+    else:
+        kinds = pd.Series([part.split("(")[0].strip() for flags in flagged["noise_flags"]
+                           for part in str(flags).split(";") if part.strip()]).value_counts()
+        paragraph(f"Noise flags: {len(flagged)} of {len(res.ok)} successful rows may have been disturbed ("
+                  + ", ".join(f"{name}: {n}" for name, n in kinds.items())
+                  + "); they are kept in every figure above, never dropped.")
+        show_html(f"<details><summary>The {len(flagged)} flagged rows</summary>"
+                  + table_html(flagged, columns_for(res, {"machine": "machine", "config": "configuration", "repeat": "repeat",
+                                         "noise_flags": "flags", "step_time_cv": "step-time CV"}))
+                  + "</details>")
+
+
+@section
+def show_references(res: Results) -> None:
+    matched = reference_matches(res)
+    ref = load_reference()
+    if not matched.empty:
+        paragraph("Our median beside each published figure for the same GPU, model, mode, precision, input size "
+                  "and device count (ours vs published > 1: ours is faster).")
+        show_table(matched, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
+                             "input_shape": "input", "devices": "devices", "batch_size": "batch",
+                             "ours": "ours", "published": "published", "published_std": "± (published)",
+                             "unit": "unit", "ours_vs_published": "ours vs published", "source": "source",
+                             "gpu": "published GPU", "published_precision": "published precision",
+                             "published_batch_size": "published batch", "note": "note"}))
+    else:
+        devices = sorted(set(device_names(res).values())) or ["none"]
+        note(f"No matching reference hardware: these results ran on {', '.join(devices)}; the published figures "
+             "are for NVIDIA GPUs (a match needs the same GPU, model, mode, precision, input size and device "
+             "count).")
+    sources = ref.groupby("source", sort=False)["url_or_citation"].first()
+    show_html("<p>Sources: " + "; ".join(f"<strong>{esc(s)}</strong>: {esc(u)}" for s, u in sources.items())
+              + "</p>")
+    show_html(f"<details><summary>All {len(ref)} published figures (click to open)</summary>"
+              + table_html(ref, {"source": "source", "gpu": "GPU", "gpus": "GPUs", "model": "model", "mode": "mode",
+                                 "precision": "precision", "batch_size": "batch / GPU", "input_shape": "input",
+                                 "value": "value", "value_std": "±", "unit": "unit", "note": "note"})
+              + "</details>")
+
+
+@section
+def show_failures(res: Results) -> None:
+    table = failures_table(res)
+    if table.empty:
+        note("No failures: every row has status ok." if len(res.rows) else "No rows, so no failures either.")
+        return
+    counts = table["status"].value_counts()
+    paragraph(f"{len(table)} row(s) did not succeed: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+              + ". Failures are results: each keeps its status and message.")
+    show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
+                       "batch_size": "batch", "repeat": "repeat", "status": "status", "message": "message",
+                       "run_id": "run id", "result_dir": "result directory"}))
+
+
+@section
+def show_environment(res: Results) -> None:
+    table = environment_table(res)
+    if table.empty:
+        note("No rows, so no environment to show.")
+        return
+    show_table(table)
+
+
+@section
+def show_method_settings(res: Results) -> None:
+    table = method_settings(res)
+    if table.empty:
+        note("No successful rows: no timing settings to show.")
+        return
+    paragraph("The settings these results used:")
+    show_table(table, {"machine": "machine", "timer": "timer", "warmup_steps": "warm-up steps (untimed)",
+                       "min_steps": "min timed steps", "min_seconds": "min timed seconds",
+                       "timed_steps": "timed steps that ran", "repeats": "repeats"})
+    paragraph("Noise flags: a row is flagged, never dropped, when one of these holds. Each flag in the "
+              "Efficiency section carries the measured value beside its threshold.")
+    show_table(pd.DataFrame(noise.noise_rules()), {"flag": "flag", "threshold": "threshold", "why": "why"})
+    paragraph("Peaks (MFU): on a GPU the dense datasheet figure for the precision's tensor cores; on a CPU the "
+              "best of a large linear and a 3x3 convolution measured on the precision's own kernel path "
+              "(autocast where the workload autocasts). No peak is below the device's fp32 peak: the hardware "
+              "can always compute in fp32, so an emulated precision is divided by the fp32 peak. An MFU above 1 "
+              "is never shown: the row is flagged instead.")

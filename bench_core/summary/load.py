@@ -1,0 +1,150 @@
+"""Result directories into one typed table: the rows, their machines, and what could not be read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from bench_core import results
+from bench_core.results.rows import error_message
+from bench_core.summary.text import int_text, is_present, short_list
+
+PRECISION_ORDER = ["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
+EMULATED = "emulated"  # capability.EMULATED, spelled here so the summary never imports torch
+EMULATED_SUFFIX = " (emulated)"
+MODE_ORDER = ["train", "infer"]
+
+
+# What identifies a workload: the same workload on two machines is comparable.
+WORKLOAD = ["model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last"]
+
+
+NUMERIC = [
+    "schema_version", "repeat", "batch_size", "width", "height", "depth", "steps", "min_seconds", "warmup_steps",
+    "repeats", "num_threads", "nproc_per_node", "nnodes", "price_per_hour",
+    "batch_size_requested", "batch_size_actual", "global_batch_size", "world_size", "device_count", "timed_steps",
+    "timed_s", "samples_per_s", "samples_per_s_per_device", "batches_per_s", "mpx_per_s", "mvox_per_s", "s_per_iter",
+    "step_time_ms_median", "step_time_ms_mean", "step_time_ms_std", "step_time_ms_p5", "step_time_ms_p95",
+    "step_time_cv", "first_step_ms", "compile_s", "warmup_s", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes",
+    "peak_rss_bytes", "loss_final", "threads", "power_w_mean", "power_w_max", "energy_j", "gpu_util_pct_mean",
+    "sm_clock_mhz_mean", "sm_clock_mhz_min", "gpu_mem_used_bytes", "gpu_temp_c_max", "cpu_util_pct_mean",
+    "flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "samples_per_j", "j_per_1k_samples",
+    "samples_per_s_per_w", "cost_per_million_samples",
+]
+
+
+ENVIRONMENT_FIELDS = [
+    "host", "device_type", "device_name", "device_count", "gpu_name", "gpu_count", "gpu_memory_bytes",
+    "gpu_compute_capability", "driver_version", "cuda_version", "cudnn_version", "cpu_model", "cpu_count",
+    "threads", "torch_threads", "os", "python_version", "torch_version", "torchvision_version", "timm_version",
+    "smp_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "dist_backend",
+    "rank_devices", "result_dir",
+]
+
+
+@dataclass
+class Results:
+    """Every row of every result directory, plus one-line notes on what is missing or odd."""
+
+    rows: pd.DataFrame
+    dirs: list[Path]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.rows[self.rows["status"] == "ok"]
+
+    @property
+    def machines(self) -> list[str]:
+        return list(dict.fromkeys(self.rows["machine"])) if len(self.rows) else []
+
+
+def load_results(result_dirs) -> Results:
+    """Read DIR/results.csv of each directory (as text, then typed); never fails on odd content."""
+    dirs = [Path(d) for d in ([result_dirs] if isinstance(result_dirs, (str, Path)) else result_dirs)]
+    frames, notes = [], []
+    expected = results.columns()
+    for d in dirs:
+        frame = _read_csv(d / "results.csv", notes)
+        if frame is None:
+            continue
+        if frame.empty:
+            notes.append(f"{d}: results.csv has no rows yet.")
+            continue
+        missing = [c for c in expected if c not in frame.columns]
+        if missing:
+            versions = ", ".join(sorted(set(frame.get("schema_version", pd.Series(["?"])).fillna("?").astype(str))))
+            notes.append(f"{d}: rows of schema version {versions} lack {len(missing)} of the current "
+                         f"(v{results.SCHEMA_VERSION}) columns: {short_list(missing)}; sections that need them "
+                         "say so.")
+        frame["result_dir"] = str(d)
+        frames.append(frame)
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=expected + ["result_dir"])
+    rows = typed_rows(rows.reindex(columns=list(dict.fromkeys(expected + list(rows.columns)))))
+    unknown = sorted(set(rows["status"]) - set(results.STATUSES))
+    if unknown:
+        notes.append(f"Unknown status values {short_list(unknown)}: shown under Failures as they are.")
+    return Results(rows=rows, dirs=dirs, notes=notes)
+
+
+def _read_csv(path: Path, notes: list[str]) -> pd.DataFrame | None:
+    if not path.is_file():
+        notes.append(f"{path.parent}: no results.csv (nothing has finished there yet).")
+        return None
+    bad_lines: list = []
+    try:
+        # The python engine lets a malformed line (a torn write, a stray edit) be skipped and counted.
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], engine="python",
+                            on_bad_lines=lambda line: bad_lines.append(line) and None)
+        if bad_lines:
+            notes.append(f"{path.parent}: {len(bad_lines)} malformed line(s) of results.csv skipped.")
+        return frame
+    except pd.errors.EmptyDataError:
+        notes.append(f"{path.parent}: results.csv is empty.")
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        notes.append(f"{path.parent}: results.csv could not be read ({error_message(exc)}).")
+    return None
+
+
+def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    rows = rows.copy()
+    # batch_size max (an explicit search) is text in a numeric column: keep the fact before coercing.
+    rows["batch_searched"] = rows["batch_size_requested"].astype(str).str.strip().str.lower() == "max"
+    for name in NUMERIC:
+        rows[name] = pd.to_numeric(rows[name], errors="coerce")
+    rows["status"] = rows["status"].fillna("unknown").astype(str).str.strip().str.lower().replace("", "unknown")
+    rows["world_size"] = rows["world_size"].fillna(1)
+    rows["compile"] = rows["compile"].fillna("off")
+    rows["channels_last"] = rows["channels_last"].astype(str).str.lower().isin(["true", "1"])
+    for name in ("model", "mode", "precision", "input_shape", "message", "host", "device_name"):
+        rows[name] = rows[name].astype(object).where(rows[name].notna(), None)
+    # An emulated precision is its own label in every table and chart: it can't pass for native.
+    emulated = rows["precision_support"].astype(str).str.strip().str.lower() == EMULATED
+    rows["precision"] = rows["precision"].where(~emulated | rows["precision"].isna(),
+                                                rows["precision"].astype(str) + EMULATED_SUFFIX)
+    rows["machine"] = [machine_label(r) for r in rows.to_dict("records")]
+    rows["config"] = [config_label(r) for r in rows.to_dict("records")]
+    return rows
+
+
+def machine_label(row: dict) -> str:
+    names = ("device_name", "gpu_name", "cpu_model", "device_type")
+    device = next((str(row[k]) for k in names if is_present(row.get(k))), "unknown device")
+    host = str(row["host"]) if is_present(row.get("host")) else "unknown host"
+    return f"{device} · {host}"
+
+
+def config_label(row: dict) -> str:
+    parts = [str(row.get(k) or "?") for k in ("model", "mode", "precision")]
+    parts.append(f"bs{int_text(row.get('batch_size'))}")
+    if is_present(row.get("input_shape")):
+        parts.append(str(row["input_shape"]))
+    if is_present(row.get("world_size")) and row["world_size"] > 1:
+        parts.append(f"x{int_text(row['world_size'])} devices")
+    if row.get("compile") not in (None, "off") and is_present(row.get("compile")):
+        parts.append(f"compile={row['compile']}")
+    if row.get("channels_last") is True:
+        parts.append("channels_last")
+    return " ".join(parts)

@@ -1,0 +1,85 @@
+"""`bench report DIR...`: execute notebooks/summary.ipynb over result directories and render one HTML file.
+
+Nothing is re-run: the summary reads each DIR/results.csv. The HTML has no code, its charts are
+embedded, and it opens offline. `build_report` is what `bench sweep` calls at its end.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+
+SUMMARY_NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "summary.ipynb"
+HIDDEN_TAGS = {"parameters", "injected-parameters"}  # the report reader has no use for them
+CELL_TIMEOUT_S = 600
+
+
+class ReportError(RuntimeError):
+    """The summary notebook failed; the executed notebook is kept for a look."""
+
+
+def build_report(result_dirs: list[Path], out_html: Path, title: str = "", baseline: str = "") -> Path:
+    """Execute the summary notebook into <out_html dir>/summary.ipynb, then write out_html (atomically)."""
+    import papermill
+
+    out_html = Path(out_html).resolve()
+    out_dir = out_html.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executed = out_dir / "summary.ipynb"
+    parameters = {"result_dirs": [str(Path(d).resolve()) for d in result_dirs], "title": str(title or ""),
+                  "baseline": str(baseline or "")}
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".summary.", suffix=".ipynb")
+    os.close(fd)
+    # papermill logs every cell at INFO; the report command prints only the path.
+    logging.getLogger("papermill").setLevel(logging.WARNING)
+    try:
+        papermill.execute_notebook(str(SUMMARY_NOTEBOOK), tmp, parameters=parameters, kernel_name="python3",
+                                   progress_bar=False, log_output=False, execution_timeout=CELL_TIMEOUT_S,
+                                   # The kernel's own log is noise here: a TCP-transport warning at start and,
+                                   # under load, "KeyboardInterrupt caught" from jupyter_client's interrupt-
+                                   # before-shutdown. Cell errors still reach us as PapermillExecutionError.
+                                   extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+    except papermill.PapermillExecutionError as exc:
+        os.replace(tmp, executed)
+        raise ReportError(f"the summary notebook failed in cell {exc.cell_index}: {exc.ename}: "
+                          f"{str(exc.evalue).splitlines()[0] if exc.evalue else ''} (see {executed})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    os.replace(tmp, executed)
+    write_html(executed, out_html, title=title)
+    for path in (executed, out_html):  # a report is for sharing: readable like any file the user makes
+        path.chmod(0o666 & ~_umask())
+    return out_html
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_html(executed_notebook: Path, out_html: Path, title: str = "") -> Path:
+    """One self-contained HTML file: no code, no prompts, no parameter cells, images embedded."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+    from traitlets.config import Config
+
+    from bench_core.files import atomic_write_text
+
+    config = Config()
+    config.TagRemovePreprocessor.remove_cell_tags = HIDDEN_TAGS
+    config.TagRemovePreprocessor.enabled = True
+    exporter = HTMLExporter(config=config, template_name="lab")
+    exporter.exclude_input = True
+    exporter.exclude_input_prompt = True
+    exporter.exclude_output_prompt = True
+    exporter.embed_images = True
+    exporter.register_preprocessor(TagRemovePreprocessor(config=config), enabled=True)
+    notebook = nbformat.read(executed_notebook, as_version=4)
+    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title or "Benchmark summary"}})
+    atomic_write_text(out_html, body)
+    return out_html

@@ -1,0 +1,57 @@
+"""Numbers and lists as the report prints them: plain text, no markup.
+"""
+from __future__ import annotations
+
+import math
+import pandas as pd
+
+
+def wrap_text(text: str, width: int = 28) -> str:
+    import textwrap
+    return "\n".join(textwrap.wrap(str(text), width)) or str(text)
+
+
+def num_text(value) -> str:
+    """A number as a person reads it: 22,551 / 367.3 / 1.56 / 0.000117."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(v):
+        return ""
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 0.01:
+        return f"{v:.3g}"
+    return f"{v:.2e}"
+
+
+def int_text(value) -> str:
+    return num_text(value) if is_number(value) else str(value)
+
+
+def is_number(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def is_present(value) -> bool:
+    if value is None:
+        return False
+    if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return str(value).strip() != ""  # the text "nan" is a status, not a missing value
+
+
+def short_list(items, limit: int = 6) -> str:
+    items = [str(i) for i in items]
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")

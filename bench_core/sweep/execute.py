@@ -1,0 +1,407 @@
+"""`bench sweep FILE`: run a params/*.yaml grid through notebooks/benchmark.ipynb with papermill.
+
+The whole file is validated first (every BenchConfig built, every device resolved): a bad key
+or value is one line and exit 2, before anything is written. Then one papermill execution per
+(device, model) -- all its precisions, modes and batch sizes share one kernel (each run sets and
+restores the process-wide numerics knobs it needs), so the kernel start, imports and the device's
+context are paid once per model -- each kept as DIR/runs/<run_name>/benchmark.ipynb beside its
+rows.json; DIR/results.csv gathers every row.
+
+Each execution runs in a child process (`python -m bench_core.sweep.execute --child SPEC`) started in a
+session of its own, because that makes every failure mode killable and classifiable:
+- a per-execution timeout (`timeout_s`) or Ctrl-C kills the whole tree -- child, Jupyter kernel
+  (which jupyter_client starts in yet another session) and any torchrun workers -- via psutil;
+- the child dies with the sweep (Linux PR_SET_PDEATHSIG) and the kernel with the child
+  (ipykernel's parent poller), so a SIGKILLed sweep leaves nothing measuring in the background;
+- the child writes its outcome (ok, papermill's `ename: evalue`, or a dead kernel) to a file.
+It costs about a second per execution (a Python start and `import papermill`).
+
+Re-running a sweep skips executions whose configurations are all complete (status ok, or
+unsupported, which a re-run cannot change) and re-runs the rest; `--force` re-runs all. A lock
+on DIR/.sweep.lock refuses a second sweep into the same directory.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from bench_core import results
+from bench_core.config import ConfigError
+from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from bench_core.results.rows import error_message, first_line
+from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
+from bench_core.sweep.plan import (
+    Execution,
+    SweepPlan,
+    plan_json,
+    plan_summary,
+    sweep_header,
+)
+
+TEMPLATE_ENV = "BENCH_TEMPLATE"
+KILL_GRACE_S = 3.0
+INTERRUPTED = "stopped (Ctrl-C or SIGTERM) before this configuration finished"
+RUNNING_MARK = ".running"  # in a run directory while its execution runs; left behind only by a killed sweep
+
+
+def find_template(override: str | None = None) -> Path:
+    """The template: --template, else $BENCH_TEMPLATE, else notebooks/benchmark.ipynb of the project
+    (beside the bench_core package in a checkout or editable install), else of the current directory."""
+    import bench_core
+    given = override or os.environ.get(TEMPLATE_ENV)
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            source = "--template" if override else f"${TEMPLATE_ENV}"
+            raise ConfigError("template", f"notebook not found: {path} (from {source})")
+        return path.resolve()
+    candidates = [Path(bench_core.__file__).resolve().parents[1] / "notebooks" / "benchmark.ipynb",
+                  Path.cwd() / "notebooks" / "benchmark.ipynb"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise ConfigError("template", f"notebooks/benchmark.ipynb not found (looked in {candidates[0].parent} and "
+                                  f"{candidates[1].parent}); pass --template or set ${TEMPLATE_ENV}")
+
+
+@contextlib.contextmanager
+def sweep_lock(out_dir: Path) -> Iterator[None]:
+    """One sweep per output directory: a second one is refused with the holder's pid."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(out_dir / ".sweep.lock", "a+")
+    except OSError as exc:
+        raise ConfigError("out", f"cannot use {out_dir} as the output directory: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise ConfigError("out", f"{out_dir} is in use by another bench sweep (pid {holder}); "
+                                     "wait for it to finish or choose another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the lock (the kernel also releases it if this process dies)
+
+
+@dataclass
+class Tally:
+    complete: int = 0
+    skipped: int = 0
+    unsupported: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    not_run: int = 0
+
+    def line(self, total: int) -> str:
+        failed = sum(self.failed.values())
+        detail = f" ({', '.join(f'{n} {s}' for s, n in sorted(self.failed.items()))})" if failed else ""
+        unsupported = f", {self.unsupported} unsupported" if self.unsupported else ""
+        not_run = f", {self.not_run} not run" if self.not_run else ""
+        return (f"{total} configurations: {self.complete} complete, {self.skipped} skipped (already complete)"
+                f"{unsupported}, {failed} failed{detail}{not_run}")
+
+
+def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = False, build_report: bool = True,
+              kernel: str = "python3") -> int:
+    """Run (or resume) every execution of the plan into out_dir; return the exit status."""
+    from tqdm import tqdm
+
+    from bench_core.devices import resolve_device
+    from bench_core.measure import environment
+
+    results.atomic_write_text(out_dir / "sweep.yaml", sweep_header(plan) + plan.text)
+    env = environment.collect(resolve_device(plan.configs[0].device))
+    results.atomic_write_text(out_dir / "environment.json", json.dumps(env, indent=1, default=str))
+    results.atomic_write_text(out_dir / "plan.json", json.dumps(plan_json(plan), indent=1))
+    for note in plan.notes:
+        print(f"bench sweep: {note}", file=sys.stderr)
+    print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
+
+    tally = Tally()
+    started = time.perf_counter()
+    bar = tqdm(total=len(plan.configs), unit="config", desc=plan.name, file=sys.stderr, dynamic_ncols=True)
+    index, running = 0, False
+    restore = _sigterm_as_interrupt()
+    previous_sigint = signal.getsignal(signal.SIGINT)
+    try:
+        for index, execution in enumerate(plan.executions):
+            statuses = _statuses(out_dir, execution)
+            if not force and _is_complete(execution, statuses):
+                tally.skipped += len(execution.configs)
+                bar.update(len(execution.configs))
+                continue
+            note = _redo_note(out_dir, execution, statuses)
+            if note and not force:
+                bar.write(note, file=sys.stderr)
+            bar.set_postfix_str(execution.label)
+            _drop_unfinished_rows(out_dir, execution)
+            running = True
+            mark = out_dir / "runs" / execution.run_name / RUNNING_MARK
+            results.atomic_write_text(mark, str(os.getpid()))
+            try:
+                outcome = execute(execution, out_dir, template, plan.timeout_s, force, kernel)
+                _record_outcome(out_dir, execution, outcome, env)
+            finally:  # Ctrl-C included; only a SIGKILL leaves the mark
+                mark.unlink(missing_ok=True)
+            running = False
+            _count(tally, _statuses(out_dir, execution), already=set() if force else _done(statuses))
+            bar.update(len(execution.configs))
+    except KeyboardInterrupt:
+        with contextlib.suppress(ValueError):  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        bar.close()
+        if running:
+            _record_outcome(out_dir, plan.executions[index], Outcome("interrupted", INTERRUPTED), env)
+            _count(tally, _statuses(out_dir, plan.executions[index]), already=set() if force else _done(statuses))
+        tally.not_run += sum(len(e.configs) for e in plan.executions[index + running:])
+        print(f"bench sweep: interrupted; {tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}")
+        return EXIT_INTERRUPTED
+    finally:
+        restore()
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGINT, previous_sigint)
+        bar.close()
+    with results.locked(out_dir):
+        results.rebuild_csv(out_dir)
+
+    status = EXIT_FAILED if tally.failed else EXIT_OK
+    if build_report:
+        status = max(status, _build_report(out_dir))
+    minutes = (time.perf_counter() - started) / 60
+    print(f"bench sweep: {tally.line(len(plan.configs))} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}")
+    return status
+
+
+def _redo_note(out_dir: Path, execution: Execution, statuses: dict[str, str]) -> str | None:
+    """Say why an execution that ran before runs again (a half-finished directory is recognised)."""
+    run_dir = out_dir / "runs" / execution.run_name
+    missing = len(execution.configs) - sum(s in COMPLETE_STATUSES for s in statuses.values())
+    if (run_dir / RUNNING_MARK).exists():
+        return (f"redo {execution.run_name}: left unfinished by a sweep that was killed; "
+                f"{missing} of {len(execution.configs)} configurations missing")
+    if statuses:
+        return f"redo {execution.run_name}: {missing} of {len(execution.configs)} configurations missing or failed"
+    return None
+
+
+def _is_complete(execution: Execution, statuses: dict[str, str]) -> bool:
+    return len(statuses) == len(execution.configs) and all(s in COMPLETE_STATUSES for s in statuses.values())
+
+
+def _statuses(out_dir: Path, execution: Execution) -> dict[str, str]:
+    """config_hash -> worst status of its rows, for the configurations of this execution that have rows."""
+    grouped = rows_by_config(results.read_run(out_dir / "runs" / execution.run_name) or [])
+    found = {}
+    for cfg in execution.configs:
+        rows = grouped.get(cfg.config_hash())
+        if rows:
+            bad = [r.get("status") for r in rows if r.get("status") not in COMPLETE_STATUSES]
+            found[cfg.config_hash()] = str(bad[0]) if bad else str(rows[0].get("status"))
+    return found
+
+
+def _drop_unfinished_rows(out_dir: Path, execution: Execution) -> None:
+    """Failed rows of a configuration about to run again go first, so that a failure now cannot be
+    mistaken for the old one (the notebook would drop them too, if it gets that far)."""
+    rows = results.read_run(out_dir / "runs" / execution.run_name) or []
+    grouped = rows_by_config(rows)
+    stale = {cfg.config_hash() for cfg in execution.configs
+             if any(r.get("status") not in COMPLETE_STATUSES for r in grouped.get(cfg.config_hash(), []))}
+    if stale:
+        results.write_run(out_dir, execution.run_name, [r for r in rows if str(r.get("config_hash")) not in stale])
+
+
+def _done(statuses: dict[str, str]) -> set[str]:
+    return {h for h, status in statuses.items() if status in COMPLETE_STATUSES}
+
+
+def _count(tally: Tally, statuses: dict[str, str], already: set[str] = frozenset()) -> None:
+    """Tally each configuration once; those complete before this execution (kept by the notebook) are skipped."""
+    for config_hash, status in statuses.items():
+        if config_hash in already:
+            tally.skipped += 1
+        elif status == "ok":
+            tally.complete += 1
+        elif status == "unsupported":
+            tally.unsupported += 1
+        else:
+            tally.failed[status] = tally.failed.get(status, 0) + 1
+
+
+def _record_outcome(out_dir: Path, execution: Execution, outcome: "Outcome", env: dict) -> None:
+    """Configurations the execution left without rows get a row saying why."""
+    if outcome.status == "ok":
+        status, message = "error", "the notebook finished without writing rows for this configuration"
+    else:
+        status, message = outcome.status, outcome.message
+    columns = set(results.columns())
+    extra = {k: v for k, v in env.items() if k in columns}  # failure rows still say which machine
+    record_missing(out_dir, execution.run_name, execution.configs, status, message, extra)
+
+
+def _build_report(out_dir: Path) -> int:
+    """The HTML report of this directory; a failure to build it is reported, never hides the rows."""
+    try:
+        from bench_core.summary.report import build_report
+    except ImportError:
+        print("bench sweep: report not built (bench_core.summary.report.build_report is not available)", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html")
+    except Exception as exc:  # noqa: BLE001 - the rows are safe; say why the report is missing
+        print(f"bench sweep: report failed: {error_message(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"report: {path or out_dir / 'report.html'}")
+    return EXIT_OK
+
+
+@dataclass
+class Outcome:
+    status: str            # ok | error | crashed | timeout
+    message: str = ""
+
+
+def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: float | None, force: bool,
+            kernel: str = "python3") -> Outcome:
+    """Run the template for one execution in a child process; kill its tree on timeout or Ctrl-C."""
+    run_dir = out_dir / "runs" / execution.run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.glob(".rows.json.*.tmp"):  # left by a process killed mid-write
+        stale.unlink(missing_ok=True)
+    outcome_path = run_dir / ".outcome.json"
+    outcome_path.unlink(missing_ok=True)
+    spec = {"template": str(template), "output": str(run_dir / "benchmark.ipynb"), "cwd": str(run_dir),
+            "parameters": execution.parameters(out_dir, force), "kernel": kernel,
+            "outcome": str(outcome_path), "parent_pid": os.getpid()}
+    spec_path = run_dir / ".execution.json"
+    results.atomic_write_text(spec_path, json.dumps(spec, indent=1))
+    with open(run_dir / "papermill.log", "w") as log:
+        child = subprocess.Popen([sys.executable, "-m", "bench_core.sweep.execute", "--child", str(spec_path)],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, env=_child_env())
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_tree(child.pid)
+            child.wait()
+            message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
+            _banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
+            return Outcome("timeout", message)
+        except BaseException:  # Ctrl-C, SIGTERM: take the kernel down with us
+            kill_tree(child.pid)
+            child.wait()
+            _banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
+            raise
+    try:
+        found = json.loads(outcome_path.read_text())
+        return Outcome(found["status"], found.get("message", ""))
+    except (OSError, ValueError, KeyError):
+        return Outcome("crashed", f"the papermill process exited with status {child.returncode} without an "
+                                  f"outcome (see {run_dir / 'papermill.log'})")
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    # MPLBACKEND=Agg (headless runs) would stop the kernel's inline figures; the notebook picks its own.
+    env.pop("MPLBACKEND", None)
+    return env
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant, including ones in other sessions (the kernel)."""
+    import psutil
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=KILL_GRACE_S)
+
+
+def _banner(notebook: Path, text: str) -> None:
+    """Put a note at the top of a notebook that was stopped from outside (papermill could not)."""
+    import nbformat
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except Exception:  # noqa: BLE001 - absent or cut off mid-write: nothing to annotate
+        return
+    cell = nbformat.v4.new_markdown_cell(f'<span style="color:red; font-size:1.5em;">{text}</span>')
+    cell.metadata["tags"] = ["bench-sweep-banner"]
+    nb.cells = [c for c in nb.cells if "bench-sweep-banner" not in c.metadata.get("tags", [])]
+    nb.cells.insert(0, cell)
+    results.atomic_write_text(notebook, nbformat.writes(nb))
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM (a scheduler, `kill`) stops the sweep as cleanly as Ctrl-C does."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGTERM this process when the sweep dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the sweep died before prctl took effect
+        os._exit(EXIT_INTERRUPTED)
+
+
+def _on_term(signum, frame):
+    import psutil
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+    os._exit(128 + signum)
+
+
+def child_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    signal.signal(signal.SIGTERM, _on_term)
+    _die_with_parent(spec["parent_pid"])
+    import papermill as pm
+    from nbclient.exceptions import DeadKernelError
+    try:
+        pm.execute_notebook(spec["template"], spec["output"], parameters=spec["parameters"],
+                            kernel_name=spec["kernel"], progress_bar=False, log_output=False, cwd=spec["cwd"],
+                            start_timeout=180, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+        outcome = Outcome("ok")
+    except pm.PapermillExecutionError as exc:
+        outcome = Outcome("error", f"{exc.ename}: {first_line(str(exc.evalue))}")
+    except DeadKernelError as exc:
+        outcome = Outcome("crashed", f"the kernel died (DeadKernelError: {first_line(str(exc)) or 'Kernel died'})")
+        _banner(Path(spec["output"]), f"The kernel died during this execution: {outcome.message}.")
+    except Exception as exc:  # noqa: BLE001 - kernel failed to start, notebook unreadable, ...
+        outcome = Outcome("error", error_message(exc))
+    results.atomic_write_text(Path(spec["outcome"]), json.dumps(outcome.__dict__))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        sys.exit(child_main(sys.argv[2]))
+    sys.exit("usage: python -m bench_core.sweep.execute --child SPEC.json (internal; use `bench sweep FILE`)")

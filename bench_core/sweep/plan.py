@@ -1,0 +1,285 @@
+"""A sweep file as a plan: its configurations, grouped into papermill executions, and an estimate.
+
+One papermill execution per (device, model): all its precisions, modes and batch sizes share one
+kernel (each run sets and restores the process-wide numerics knobs it needs), so the kernel start,
+imports and the device's context are paid once per model.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench_core.config import ConfigError
+from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
+from bench_core.config.sweepfile import (
+    EMULATED_CHOICES,
+    MAX_CONFIGS,
+    SELECTOR_CHOICES,
+    SELECTOR_KEYS,
+    SWEEP_KEYS,
+    grids,
+    parse_timeout,
+)
+from bench_core.errors import EXIT_OK
+from bench_core.sweep.notebook import LIST_FIELDS, describe, safe_name
+
+
+@dataclass
+class Execution:
+    """One papermill execution: every precision x mode x batch size of one (device, model, ...)."""
+    run_name: str
+    configs: list[BenchConfig]
+
+    def parameters(self, out_dir: Path, force: bool) -> dict[str, Any]:
+        values = self.configs[0].to_dict()
+        for name in LIST_FIELDS:
+            values[name] = unique(getattr(cfg, name) for cfg in self.configs)
+        return {**values, "out_dir": str(out_dir), "run_name": self.run_name, "force": force}
+
+    @property
+    def label(self) -> str:
+        first = self.configs[0]
+        return f"{first.model} {'/'.join(unique(c.precision for c in self.configs))} on {first.device}"
+
+
+@dataclass
+class SweepPlan:
+    name: str
+    configs: list[BenchConfig]
+    executions: list[Execution]
+    timeout_s: float | None = None
+    text: str = ""                      # the sweep file as written (saved as DIR/sweep.yaml)
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
+
+
+def load_sweep(path: str | Path) -> SweepPlan:
+    """Read, select (`use:`) and validate a sweep file; ConfigError on any problem."""
+    path = Path(path)
+    data = load_yaml_mapping(path, "sweep")
+    notes = []
+    if "use" in data:
+        check_known_keys(data, list(SELECTOR_KEYS), where=f"sweep selector {path.name}")
+        choice, chosen = _select(data["use"], path)
+        notes.append(f"{path.name} selected {chosen.name} ({choice})")
+        path = chosen
+        data = load_yaml_mapping(path, "sweep")
+        if "use" in data:
+            raise ConfigError("use", f"{path.name} is itself a selector; point `use` at a sweep file")
+    plan = parse_sweep(data, default_name=path.stem)
+    plan.text, plan.source, plan.notes = path.read_text(), str(path), notes + plan.notes
+    return plan
+
+
+def _select(use: Any, path: Path) -> tuple[str, Path]:
+    """`use: {gpu: FILE, cpu: FILE}` picks by the hardware present (mps falls back to cpu)."""
+    if not isinstance(use, dict) or not use:
+        raise ConfigError("use", f"must map {', '.join(SELECTOR_CHOICES)} to sweep files, got {use!r}")
+    check_known_keys(use, list(SELECTOR_CHOICES), where="use")
+    if "cpu" not in use:
+        raise ConfigError("use", "needs a `cpu` entry: the file to run when no GPU is present")
+    from bench_core.devices import available_devices
+    present = available_devices().split(", ")
+    has_gpu = any(name.startswith("cuda") for name in present)
+    choice = "gpu" if has_gpu and "gpu" in use else "mps" if "mps" in present and "mps" in use else "cpu"
+    target = use[choice]
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigError("use", f"{choice}: must be a sweep file name, got {target!r}")
+    chosen = (path.parent / target).resolve()
+    if not chosen.is_file():
+        raise ConfigError("use", f"{choice}: no such sweep file: {chosen}")
+    return choice, chosen
+
+
+def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
+    """Validate a sweep dict and expand it into configurations and executions."""
+    if not isinstance(data, dict):
+        raise ConfigError("sweep", f"must be a mapping of keys to values, got {type(data).__name__}")
+    check_known_keys(data, list(SWEEP_KEYS), where="sweep file")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+        raise ConfigError("name", f"must be a folder name (letters, digits, '.', '_', '-'), got {name!r}")
+    if not isinstance(data.get("description", ""), str):
+        raise ConfigError("description", f"must be text, got {data['description']!r}")
+    timeout_s = parse_timeout(data.get("timeout_s"))
+    fields = BenchConfig.field_names()
+
+    settings = data.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise ConfigError("settings", f"must be a mapping of BenchConfig fields to values, got {settings!r}")
+    check_known_keys(settings, fields, where="settings")
+
+    entries = grids(data.get("grid"), fields)
+    count = sum(math.prod(len(values) for values in grid.values()) for grid in entries)
+    if count > MAX_CONFIGS:
+        raise ConfigError("grid", f"expands to {count} configurations; at most {MAX_CONFIGS} per sweep")
+
+    emulated = data.get("emulated", "run")
+    if emulated not in EMULATED_CHOICES:
+        raise ConfigError("emulated", f"got {emulated!r}; allowed: {', '.join(EMULATED_CHOICES)}")
+
+    configs, seen = [], set()
+    for grid in entries:
+        for combo in itertools.product(*grid.values()):
+            chosen = dict(zip(grid, combo))
+            cfg = _config({**settings, **chosen}, chosen, settings)
+            if cfg.config_hash() not in seen:
+                seen.add(cfg.config_hash())
+                configs.append(cfg)
+    configs, notes, skipped = _emulated(configs, emulated)
+    if not configs:
+        raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
+                                      "here; " + "; ".join(notes))
+    return SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
+                     notes=notes, skipped=skipped)
+
+
+def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig], list[str], list[dict]]:
+    """Find the precisions this machine only emulates; leave them out when the policy says skip."""
+    from bench_core.capability import EMULATED
+    from bench_core.devices import Backend, resolve_device
+    from bench_core.workload.precision import resolve_precision
+    found: dict[tuple[str, str], Any] = {}
+    for cfg in configs:
+        key = (cfg.device, cfg.precision, cfg.mode)
+        if key not in found:
+            backend = Backend.for_device(resolve_device(cfg.device))
+            found[key] = backend.support(resolve_precision(cfg.precision), cfg.mode)
+    notes, skipped = [], []
+    for (device, precision, mode), support in found.items():
+        if support.level != EMULATED:
+            continue
+        count = sum(1 for c in configs if (c.device, c.precision, c.mode) == (device, precision, mode))
+        if policy == "skip":
+            notes.append(f"{precision} {mode} is emulated on {device}, so its {count} configuration(s) are left out "
+                         f"(emulated: skip): {support.reason}")
+            skipped.append({"device": device, "precision": precision, "mode": mode, "configurations": count,
+                            "reason": support.reason})
+        else:
+            notes.append(f"{precision} {mode} is emulated on {device}: its {count} configuration(s) run slowly and "
+                         f"are marked emulated: {support.reason}")
+    left_out = {(s["device"], s["precision"], s["mode"]) for s in skipped}
+    kept = [c for c in configs if (c.device, c.precision, c.mode) not in left_out]
+    return kept, notes, skipped
+
+
+def _config(values: dict, chosen: dict, settings: dict) -> BenchConfig:
+    """One BenchConfig; its error names the field and, when the field is not a setting, the grid combination."""
+    from bench_core.devices import resolve_device
+    try:
+        cfg = BenchConfig.from_dict(values)
+        resolve_device(cfg.device)  # an absent device is bad input here, as for `bench run`
+        # More processes than this machine has devices is not refused here: a scaling sweep
+        # (1, 2, 4, 8 devices) runs what fits and records the rest as `unsupported` rows.
+    except ConfigError as exc:
+        if not exc.field.isidentifier():  # already quoted by ConfigError: pass it on as it is
+            raise
+        problem = str(exc)[len(exc.field) + 2:]
+        if len(chosen) > 1 and exc.field not in settings:
+            combo = ", ".join(f"{k}={v!r}" for k, v in chosen.items() if k != exc.field)
+            problem = f"{problem} (grid combination: {combo})"
+        raise ConfigError(exc.field, problem) from None
+    return cfg
+
+
+def plan_executions(configs: list[BenchConfig]) -> list[Execution]:
+    """Group configurations that differ only in precision, mode and batch size into one execution.
+
+    The template runs every precision x mode x batch size it is given; a group that is not such a
+    product (e.g. train at 32 and infer at 64) is split by precision, then by mode, until it is.
+    """
+    groups: dict[str, list[BenchConfig]] = {}
+    for cfg in configs:
+        key = json.dumps({k: v for k, v in cfg.to_dict().items() if k not in LIST_FIELDS}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(cfg)
+    executions = []
+    for group in groups.values():
+        parts = [group]
+        for name in ("precision", "mode"):
+            if all(_is_product(part) for part in parts):
+                break
+            parts = [[c for c in part if getattr(c, name) == value]
+                     for part in parts for value in unique(getattr(c, name) for c in part)]
+        executions += [Execution(run_name=_run_name(part), configs=part) for part in parts]
+    return executions
+
+
+def _is_product(configs: list[BenchConfig]) -> bool:
+    return math.prod(len(unique(getattr(c, name) for c in configs)) for name in LIST_FIELDS) == len(configs)
+
+
+def _run_name(configs: list[BenchConfig]) -> str:
+    """Stable across re-runs (so completed work is found), different when any setting differs."""
+    import hashlib
+
+    from bench_core.devices import resolve_device
+    first = configs[0]
+    digest = hashlib.sha256(" ".join(sorted(c.config_hash() for c in configs)).encode()).hexdigest()[:8]
+    device = str(resolve_device(first.device))
+    precisions = "-".join(unique(c.precision for c in configs))
+    return safe_name(f"{device}-{first.model}-{precisions}-{digest}")
+
+
+def unique(values) -> list:
+    return list(dict.fromkeys(values))
+
+
+# The plan's time estimate, from what a configuration costs beyond its timed windows (measured on
+# 2-core CPUs with the default suite: a kernel start with torch and the model libraries imported,
+# then per configuration the build, cold first step, FLOP count and warm-up, per repeat the
+# window's slack past min_seconds). Meant to land within 2x of the real time, not closer.
+EXECUTION_START_S = 6.0
+
+
+CONFIG_BUILD_S = 3.0
+REPEAT_SLACK_S = 0.3
+PROBE_S = 8.0  # one batch-size probe in a fresh process (batch_size max)
+
+
+def estimate_seconds(plan: SweepPlan) -> float:
+    """A rough wall time for the plan, printed before it starts: never a measurement."""
+    total = EXECUTION_START_S * len(plan.executions)
+    for cfg in plan.configs:
+        total += CONFIG_BUILD_S + cfg.repeats * (cfg.min_seconds + REPEAT_SLACK_S)
+        if cfg.batch_size == "max":
+            total += PROBE_S * max(1, math.ceil(math.log2(max(cfg.max_batch_size, 2))))
+    return total
+
+
+def plan_summary(plan: SweepPlan) -> str:
+    """The one line a sweep prints before it starts."""
+    seen = {k: unique(getattr(c, k) for c in plan.configs) for k in ("model", "precision", "mode", "device")}
+    parts = ", ".join(f"{len(v)} {k}{'s' if len(v) > 1 else ''}" for k, v in seen.items())
+    minutes = estimate_seconds(plan) / 60
+    return (f"plan: {len(plan.configs)} configuration(s) in {len(plan.executions)} execution(s) ({parts}); "
+            f"about {minutes:.1f} min (an estimate; bench sweep --dry-run lists them)")
+
+
+def dry_run(plan: SweepPlan, out_dir: Path) -> int:
+    """Print every execution and its configurations; run and write nothing."""
+    print(f"bench sweep: {plan_summary(plan)}; output would go to {out_dir}")
+    for note in plan.notes:
+        print(f"note: {note}")
+    for execution in plan.executions:
+        first = execution.configs[0]
+        print(f"{execution.run_name}: {first.model} {first.precision} on {first.device}, {first.width}x{first.height}"
+              f", repeats {first.repeats}, min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
+        for cfg in execution.configs:
+            print(f"  {cfg.mode:<5} batch {cfg.batch_size}")
+    return EXIT_OK
+
+
+def sweep_header(plan: SweepPlan) -> str:
+    lines = [f"# bench sweep: copy of {plan.source}"] + [f"# {note}" for note in plan.notes]
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(plan: SweepPlan) -> dict:
+    return {"name": plan.name, "timeout_s": plan.timeout_s, "skipped": plan.skipped, "executions": [
+        {"run_name": e.run_name, "configurations": [describe(c) for c in e.configs]} for e in plan.executions]}

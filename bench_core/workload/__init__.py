@@ -1,0 +1,1 @@
+"""What is run: the model registry, synthetic tasks and the precisions."""
