@@ -1,14 +1,14 @@
 """notebook-bench: reproducible deep-learning training and inference benchmarks."""
 __version__ = "0.1.0"
 
-from bench_core.config.schema import BenchConfig
-
-from bench_core.config import ConfigError  # noqa: E402
+from bench_core.config.schema import BenchConfig  # noqa: E402
+from bench_core.errors import ConfigError  # noqa: E402
 
 
 def run_benchmark(cfg, progress=None):
-    """Run one BenchConfig and return its result rows (see bench_core.run.runner)."""
-    from bench_core.run.runner import run_benchmark as _run
+    """Run one BenchConfig and return its result rows (see bench_core.launch.dispatch)."""
+    # Imported here so that `import bench_core` (and its plain-data modules) loads no torch.
+    from bench_core.launch.dispatch import run_benchmark as _run
     return _run(cfg, progress)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from bench_core.workload.precision import PRECISIONS, Precision
+from bench_core.workload.precision import PRECISIONS, Precision, resolve_precision
 
 NATIVE, EMULATED, UNSUPPORTED = "native", "emulated", "unsupported"
 # ISA flags (as /proc/cpuinfo spells them) that make a dtype's matmul/conv native.
@@ -29,6 +29,17 @@ X86_NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16"
 ARM_NATIVE = {"bfloat16": ("bf16",), "float16": ("fphp", "asimdhp")}
 # Environment variables that change which kernels torch dispatches to (recorded with the answer).
 DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+@functools.cache
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,6 @@ def cpu_slowdown(precision_name: str, mode: str) -> float:
     this CPU: forward for infer, forward and backward for train (best of 5, about 0.1 s)."""
     import time
 
-    from bench_core.workload.precision import resolve_precision
     prec = resolve_precision(precision_name)
     torch.manual_seed(0)
 

@@ -14,19 +14,9 @@ import time
 import torch
 
 from bench_core import capability
-from bench_core.capability import Support
+from bench_core.capability import Support, cpu_model
 from bench_core.errors import ConfigError
-from bench_core.workload.precision import Precision
-
-_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-
-
-def validate_device_name(name: str) -> str:
-    """Syntax only; whether the device exists is checked when a run resolves it."""
-    key = name.strip().lower()
-    if not _DEVICE_RE.match(key):
-        raise ConfigError("device", f"got {name!r}; allowed: auto, cpu, cuda, cuda:N, mps")
-    return key
+from bench_core.workload.precision import Precision, resolve_precision
 
 
 def available_devices() -> str:
@@ -114,7 +104,6 @@ def is_library_alloc_failure(message: str | None) -> bool:
 def check_runnable(cfg) -> None:
     """Before anything runs: the device exists, there are enough of them, and it can run the
     precision. Each failure is a one-line ConfigError (bad input, exit 2)."""
-    from bench_core.workload.precision import resolve_precision
     device = resolve_device(cfg.device)
     check_device_count(cfg)
     reason = Backend.for_device(device).unsupported_reason(resolve_precision(cfg.precision))
@@ -234,7 +223,6 @@ class Backend:
 
     # -- identity ------------------------------------------------------------
     def device_name(self) -> str:
-        from bench_core.measure.environment import cpu_model
         return cpu_model()
 
     def device_count(self) -> int:

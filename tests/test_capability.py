@@ -160,7 +160,7 @@ def test_a_native_reduced_precision_peak_is_measured_on_its_own_path(tmp_path, m
 def test_an_old_cached_peak_is_not_reused(tmp_path, monkeypatch):
     """v1 cached a 512x512 mm per dtype; its entries must not be read as today's peaks."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    from bench_core.measure.environment import cpu_model
+    from bench_core.capability import cpu_model
     old = {f"{cpu_model()} | torch {torch.__version__} | 1 threads | float32":
            {"tflops": 1e-6, "n": 512, "dtype": "float32", "threads": 1, "repeats": 3,
             "measured_at": "2026-01-01T00:00:00+00:00"}}

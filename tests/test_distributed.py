@@ -18,7 +18,7 @@ from bench_core.launch import torchrun
 from bench_core.run import ddp
 from bench_core.run import worker
 from bench_core.config import ConfigError
-from bench_core.run.runner import run_benchmark
+from bench_core import run_benchmark
 from conftest import tiny
 
 

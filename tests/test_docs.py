@@ -11,7 +11,7 @@ import pytest
 
 from bench_core import docs
 from bench_core.config import BenchConfig
-from bench_core.workload.models import REGISTRY, model_table
+from bench_core.workload.models import model_table
 from bench_core.workload.precision import ALIASES, PRECISIONS
 from bench_core.results import columns
 
@@ -39,7 +39,7 @@ def first_column(table_text: str) -> list[str]:
 def test_readme_generated_sections_are_current():
     text = README.read_text()
     names = docs.section_names(text)
-    assert set(names) >= {"params", "schema", "models", "precisions"}, "README.md lost its generated sections"
+    assert set(names) >= {"layout", "params", "schema", "models", "precisions"}, "README.md lost its generated sections"
     stale = docs.stale_sections(text)
     assert not stale, f"README.md is stale in {stale}: run `python -m bench_core.docs --write README.md`"
 
@@ -136,7 +136,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, content, arg
 
 def test_unknown_section_to_print_and_missing_file(tmp_path, capsys):
     assert docs.main(["flops"]) == docs.EXIT_BAD_INPUT
-    assert "allowed: params, schema, models, precisions" in capsys.readouterr().err
+    assert "allowed: layout, params, schema, models, precisions" in capsys.readouterr().err
     assert docs.main(["--check", str(tmp_path / "absent.md")]) == docs.EXIT_BAD_INPUT
     assert "cannot read" in capsys.readouterr().err
     assert not (tmp_path / "absent.md").exists()

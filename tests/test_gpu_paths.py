@@ -173,10 +173,10 @@ def test_compile_needs_at_least_three_warmup_steps(mode):
 
 def test_params_files_still_validate(monkeypatch):
     from pathlib import Path
-    from bench_core import devices
+    from bench_core.sweep import plan
     from bench_core.sweep.plan import load_sweep
     # The GPU files name cuda; whether this machine has one is not what is checked here.
-    monkeypatch.setattr(devices, "resolve_device", lambda name, local_rank=0: torch.device("cpu"))
+    monkeypatch.setattr(plan, "resolve_device", lambda name, local_rank=0: torch.device("cpu"))
     for path in sorted(Path(__file__).parents[1].glob("params/*.yaml")):
         assert load_sweep(path).configs  # every configuration of every sweep file is a valid BenchConfig
 
@@ -232,7 +232,6 @@ def test_the_filled_gaps_are_found_by_device_name(name, precision, tflops):
 # -- 8. NVML process matching inside a container --------------------------------------------
 
 def test_an_unresolvable_own_pid_counts_others_without_naming_one():
-    from bench_core.measure import telemetry
     from bench_core.measure import nvml
     inside = nvml.NvmlDevice(nvml=None, handle=None)
     inside._note_processes({4_000_001, 4_000_002})  # host pids, none of them ours as we see it

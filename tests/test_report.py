@@ -23,7 +23,7 @@ import pytest
 from bench_core import cli, results, summary
 from bench_core.config import BenchConfig
 from bench_core.summary.report import build_report
-from bench_core.run.runner import run_benchmark
+from bench_core import run_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"

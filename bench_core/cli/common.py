@@ -9,10 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from bench_core.config import ConfigError
-from bench_core.config.schema import BenchConfig
-from bench_core.errors import EXIT_BAD_INPUT
+from bench_core.config.schema import BenchConfig, load_yaml_mapping
+from bench_core.errors import EXIT_BAD_INPUT, ConfigError
+from bench_core.files import atomic_write_text
 from bench_core.run.runner import Progress
+from bench_core.workload.precision import EmulatedPrecisionWarning
 
 
 def refuse_flags(args, names: tuple[str, ...], why: str) -> None:
@@ -31,7 +32,6 @@ def note_line(args, message: str) -> None:
 
 
 def write_json(folder: Path, cfg: BenchConfig, data: dict) -> Path:
-    from bench_core.files import atomic_write_text
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     path = folder / f"{stamp}-{cfg.config_hash()}.json"
     atomic_write_text(path, json.dumps(data, indent=1, default=str))
@@ -74,7 +74,6 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    from bench_core.config.schema import load_yaml_mapping
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
@@ -144,7 +143,6 @@ def format_rows(rows: list[dict]) -> str:
 
 def one_line_warnings(command: str, default):
     """Our own warnings (an emulated precision) as one line on stderr, like the errors."""
-    from bench_core.workload.precision import EmulatedPrecisionWarning
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, EmulatedPrecisionWarning):

@@ -6,14 +6,23 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_core.cli.common import note_line, progress_printer, refuse_flags, write_json
+from bench_core import results
+from bench_core.cli.common import (
+    add_config_arguments,
+    add_output_arguments,
+    config_from_args,
+    note_line,
+    progress_printer,
+    refuse_flags,
+    write_json,
+)
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import check_runnable
+from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.scenarios.compare import compare, parse_overrides
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
-    from bench_core.cli.common import add_config_arguments, add_output_arguments
     p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
 Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval, and a verdict:
 faster / slower (the CI excludes 1 and the change exceeds --tolerance) or same within noise.
@@ -36,9 +45,6 @@ exit status: 0 verdict given, 1 a variant failed (rows written with --out), 2 ba
 
 
 def main_compare(args: argparse.Namespace) -> int:
-    from bench_core import results
-    from bench_core.cli.common import config_from_args
-    from bench_core.errors import EXIT_FAILED, EXIT_OK
     refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
     base = config_from_args(args)
     over_a, over_b = parse_overrides(args.a, "--a"), parse_overrides(args.b, "--b")

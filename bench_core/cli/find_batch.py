@@ -6,14 +6,22 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_core.cli.common import note_line, progress_printer, refuse_flags, write_json
+from bench_core.cli.common import (
+    add_config_arguments,
+    add_output_arguments,
+    config_from_args,
+    note_line,
+    progress_printer,
+    refuse_flags,
+    write_json,
+)
 from bench_core.config.schema import DEFAULT_MAX_BATCH, MAX_BATCH
 from bench_core.devices import check_runnable
+from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.launch.batch_search import find_max_batch
 
 
 def add_find_batch_arguments(p: argparse.ArgumentParser) -> None:
-    from bench_core.cli.common import add_config_arguments, add_output_arguments
     p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size
 (default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
 --batch-margin (default 10%) below the largest that ran, and bisection stops at half that margin;
@@ -36,8 +44,6 @@ exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
 
 
 def main_find_batch(args: argparse.Namespace) -> int:
-    from bench_core.cli.common import config_from_args
-    from bench_core.errors import EXIT_FAILED, EXIT_OK
     refuse_flags(args, ("steps", "warmup_steps", "repeats", "min_seconds", "profile"),
                   "does not apply to find-batch: each probe is a fixed 3-step run")
     cfg = config_from_args(args)

@@ -6,9 +6,15 @@ import argparse
 import json
 import sys
 
+from bench_core.capability import capability_table
 from bench_core.cli.common import paint
-from bench_core.errors import EXIT_OK
+from bench_core.config.schema import validate_device_name
+from bench_core.devices import Backend, resolve_device
+from bench_core.errors import EXIT_OK, ConfigError
+from bench_core.measure import environment
 from bench_core.measure.flops import PEAK_CLASS, cache_path, cpu_peak, peak_for
+from bench_core.workload.models import model_table
+from bench_core.workload.precision import resolve_precision
 
 
 def add_models_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,7 +22,6 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_models(args: argparse.Namespace) -> int:
-    from bench_core.workload.models import model_table
     table = model_table()
     if args.json:
         print(json.dumps(table, indent=1))
@@ -36,9 +41,6 @@ On a CPU, ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 shows what an AVX2-on
 
 
 def main_sysinfo(args: argparse.Namespace) -> int:
-    from bench_core.capability import capability_table
-    from bench_core.devices import resolve_device, validate_device_name
-    from bench_core.measure import environment
     device = resolve_device(validate_device_name(args.device))
     info = environment.collect(device)
     table = capability_table(device)
@@ -77,9 +79,6 @@ on first use."""
 
 
 def main_peak(args) -> int:
-    from bench_core.devices import Backend, resolve_device, validate_device_name
-    from bench_core.errors import ConfigError
-    from bench_core.workload.precision import resolve_precision
 
     device = resolve_device(validate_device_name(args.device))
     if args.threads is not None and args.threads < 1:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from bench_core import results
 from bench_core.cli.common import (
     add_config_arguments,
     add_output_arguments,
@@ -14,7 +15,9 @@ from bench_core.cli.common import (
     format_rows,
     paint,
 )
+from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK
+from bench_core.launch.dispatch import run_benchmark
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,9 +33,6 @@ exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported), 2 bad
 
 
 def main_run(args: argparse.Namespace) -> int:
-    from bench_core import results
-    from bench_core.devices import check_runnable
-    from bench_core.run.runner import run_benchmark
 
     cfg = config_from_args(args)
     check_runnable(cfg)  # absent devices, too many processes, impossible precision: bad input

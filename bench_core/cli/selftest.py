@@ -8,14 +8,17 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from bench_core.cli.common import paint
+from bench_core.errors import EXIT_FAILED, EXIT_OK
+from bench_core.files import atomic_write_text
 from bench_core.scenarios.selftest import (
     DEFAULT_OUT,
     FAIL,
     PASS,
     SKIPPED,
     Checklist,
-    _environment,
     cpu_checks,
+    environment_summary,
     gpu_checks,
     print_capability_table,
 )
@@ -34,8 +37,6 @@ examples:
 
 
 def main(args: argparse.Namespace) -> int:
-    from bench_core.cli.common import paint
-    from bench_core.errors import EXIT_FAILED, EXIT_OK
     out = Path(args.out)
     started = dt.datetime.now(dt.timezone.utc)
     checklist = Checklist(say=lambda line: print(line, flush=True))
@@ -46,8 +47,7 @@ def main(args: argparse.Namespace) -> int:
     counts = checklist.counts()
     report = {"started": started.isoformat(timespec="seconds"),
               "seconds": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
-              **_environment(), **counts, "checks": [asdict(c) for c in checklist.checks]}
-    from bench_core.files import atomic_write_text
+              **environment_summary(), **counts, "checks": [asdict(c) for c in checklist.checks]}
     atomic_write_text(out, json.dumps(report, indent=1, default=str))
     line = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIPPED]} skipped; checklist written to {out}"
     print(paint(line, "red" if counts[FAIL] else "green"), flush=True)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench_core import results
+from bench_core.cli.common import add_config_arguments, format_rows
 from bench_core.launch.slurm import (
     CLUSTERS,
-    _cluster,
-    _sweep_name,
-    _wait,
     job_configs,
+    resolve_cluster,
     run_task,
+    submitter_row,
+    sweep_name,
 )
+from bench_core.run.worker import is_timeout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench_core.cli.common import add_config_arguments
     p.epilog = """examples:
   bench slurm params/scaling.yaml --gpus-per-node 8 --partition gpu --time 30 --out outputs/scaling
   bench slurm --model resnet50 --precision amp-bf16 --batch-size 256 --nodes 2 --gpus-per-node 8 --partition gpu
@@ -58,9 +60,9 @@ def _positive(name: str):
 def main(args: argparse.Namespace) -> int:
     import submitit
 
-    cluster = _cluster(args.cluster)
+    cluster = resolve_cluster(args.cluster)
     configs = job_configs(args, cluster)  # every bad input is refused before anything is submitted
-    out_dir = Path(args.out or f"outputs/{_sweep_name(args.sweep) if args.sweep else 'slurm'}").resolve()
+    out_dir = Path(args.out or f"outputs/{sweep_name(args.sweep) if args.sweep else 'slurm'}").resolve()
     executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=cluster)
     jobs = []
     for cfg in configs:
@@ -76,4 +78,28 @@ def main(args: argparse.Namespace) -> int:
     if not args.wait:
         print(f"results will land in {out_dir}; logs in {out_dir / 'slurm'}")
         return 0
-    return _wait(jobs, out_dir)
+    return wait_for_jobs(jobs, out_dir)
+
+
+def wait_for_jobs(jobs, out_dir: Path) -> int:
+    all_ok = True
+    for job, cfg in jobs:
+        message = f"job {job.job_id} returned no rows"
+        try:
+            rows = job.task(0).result()
+        except Exception as exc:  # noqa: BLE001 - a failed job is a row, not a crash of `bench slurm`
+            rows = None
+            message = f"job {job.job_id} failed: {_last_line(str(exc))}"
+        if not rows:  # rank 0 died before writing: record the job's own error
+            rows = [submitter_row(cfg, "timeout" if is_timeout(message) else "error", message)]
+            results.write_run(out_dir, rows[0]["run_id"], rows)
+        print(f"job {job.job_id}:")
+        print(format_rows(rows))
+        all_ok &= all(row["status"] == "ok" for row in rows)
+    print(f"results in {out_dir / 'results.csv'}")
+    return 0 if all_ok else 1
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "no message"

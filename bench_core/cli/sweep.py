@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from bench_core.results.rows import error_message
+from bench_core.summary.report import build_report
 from bench_core.sweep.execute import TEMPLATE_ENV, find_template, run_sweep, sweep_lock
 from bench_core.sweep.plan import dry_run, load_sweep
 
@@ -49,5 +53,19 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(plan, out_dir)
     with sweep_lock(out_dir):
-        return run_sweep(plan, out_dir, template, force=args.force, build_report=not args.no_report,
-                         kernel=args.kernel)
+        status, closing = run_sweep(plan, out_dir, template, force=args.force, kernel=args.kernel)
+        if status != EXIT_INTERRUPTED and not args.no_report:
+            status = max(status, report_step(out_dir))
+    print(closing)
+    return status
+
+
+def report_step(out_dir: Path) -> int:
+    """The HTML report of this directory; a failure to build it is reported, never hides the rows."""
+    try:
+        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html")
+    except Exception as exc:  # noqa: BLE001 - the rows are safe; say why the report is missing
+        print(f"bench sweep: report failed: {error_message(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"report: {path or out_dir / 'report.html'}")
+    return EXIT_OK

@@ -6,11 +6,13 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench_core.errors import ConfigError
-
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import resolve_precision
 
 MODES = ("train", "infer")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -188,11 +190,19 @@ def _as_str(name: str, value: Any) -> str:
     return value.strip()
 
 
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def validate_device_name(name: str) -> str:
+    """Syntax only; whether the device exists is checked when a run resolves it."""
+    key = name.strip().lower()
+    if not _DEVICE_RE.match(key):
+        raise ConfigError("device", f"got {name!r}; allowed: auto, cpu, cuda, cuda:N, mps")
+    return key
+
+
 def _validate(cfg: BenchConfig) -> None:
     # Imported here: both modules import config for ConfigError.
-    from bench_core.devices import validate_device_name
-    from bench_core.workload.models import resolve_model
-    from bench_core.workload.precision import resolve_precision
 
     cfg.mode = _as_choice("mode", cfg.mode, MODES)
     cfg.compile = _as_choice("compile", cfg.compile, COMPILE_MODES)
@@ -257,8 +267,9 @@ def _is_endpoint(text: str) -> bool:
 
 def load_yaml_mapping(path, what: str = "file") -> dict:
     """A YAML file that must hold a mapping; malformed YAML is a one-line ConfigError."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     path = Path(path)
     try:
@@ -275,3 +286,10 @@ def load_yaml_mapping(path, what: str = "file") -> dict:
     if not isinstance(data, dict):
         raise ConfigError(what, f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
     return data
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """A whole-number setting of a command (not a BenchConfig field), checked like the fields."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, f"must be a whole number >= {minimum}, got {value!r}")
+    return value

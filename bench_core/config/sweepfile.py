@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench_core.config import ConfigError
 from bench_core.config.schema import check_known_keys
+from bench_core.errors import ConfigError
 
 SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated")
 

@@ -1,5 +1,5 @@
-"""Capacity and fair A/B: `bench find-batch` (the largest per-device batch that runs) and
-`bench compare` (two variants measured interleaved, with a ratio, its CI and a verdict).
+"""`batch_size: max` and `bench find-batch`: the largest per-device batch that runs, found by an
+explicit search (grow, then bisect) of short real runs, each probe in a fresh process when asked.
 """
 from __future__ import annotations
 
@@ -7,14 +7,23 @@ import contextlib
 import dataclasses
 import json
 import math
-import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_core.config import ConfigError
-from bench_core.config.schema import MAX_BATCH, MIN_COMPILE_WARMUP_STEPS, BenchConfig
-from bench_core.devices import is_foreign_cpu_oom
+from bench_core.config.schema import (
+    MAX_BATCH,
+    MIN_COMPILE_WARMUP_STEPS,
+    BenchConfig,
+    check_int,
+)
+from bench_core.devices import Backend, is_foreign_cpu_oom, resolve_device
+from bench_core.errors import ConfigError
+from bench_core.launch.placement import run_placed
+from bench_core.launch.supervisor import python_command, supervise
+from bench_core.measure import environment
+from bench_core.results.rows import failure_row, run_fields
 from bench_core.run.runner import Progress
 
 # A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step
@@ -108,9 +117,8 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
     scratchpads per shape: near the limit a CPU search can come out low); `isolate` runs each
     probe in a fresh process instead, like a sweep's runs, at the cost of an import per probe.
     """
-    from bench_core.devices import Backend, resolve_device
-    max_batch_size = _check_int("max_batch_size", cfg.max_batch_size if max_batch_size is None else max_batch_size, 1)
-    start_batch_size = _check_int("batch_size", start_batch_size, 1)
+    max_batch_size = check_int("max_batch_size", cfg.max_batch_size if max_batch_size is None else max_batch_size, 1)
+    start_batch_size = check_int("batch_size", start_batch_size, 1)
     if start_batch_size > max_batch_size:
         raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above max_batch_size "
                                         f"{max_batch_size}")
@@ -199,13 +207,12 @@ def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: 
 
 def probe_row(cfg: BenchConfig) -> dict:
     """Run the probe here; only the columns the search needs."""
-    from bench_core.run.runner import run_benchmark
     if cfg.compile != "off":
         # Each probe compiles from scratch, as a fresh process would: no dynamic-shape graph
         # from the previous probe's batch size, no cache-limit fallback to eager.
         import torch._dynamo
         torch._dynamo.reset()
-    row = run_benchmark(cfg)[0]
+    row = run_placed(cfg)[0]
     return {k: row[k] for k in ("status", "message", "device_type", "step_time_ms_median")}
 
 
@@ -223,9 +230,8 @@ _CHILD = "import sys\nfrom bench_core.launch.batch_search import _child_main\n_c
 
 def _child_main(kind: str, config_json: str, result_path: str) -> None:
     """In the fresh process: a probe (the columns the search needs) or a whole run (its rows)."""
-    from bench_core.run.runner import run_benchmark
     cfg = BenchConfig.from_dict(json.loads(config_json))
-    result = probe_row(cfg) if kind == "probe" else run_benchmark(cfg, progress=lambda msg: print(msg, flush=True))
+    result = probe_row(cfg) if kind == "probe" else run_placed(cfg, progress=lambda msg: print(msg, flush=True))
     Path(result_path).write_text(json.dumps(result, default=str))
 
 
@@ -233,32 +239,20 @@ def in_fresh_process(kind: str, cfg: BenchConfig, progress: Progress | None = No
     """A probe ('probe') or a benchmark ('run') of `cfg` in a fresh Python process, so it meets the
     memory a fresh process has: -> (result, None, None), or (None, status, why) if the process
     died. Killed by SIGKILL (the kernel's OOM killer) is `oom`. Its output lines go to `progress`."""
-    import collections
-    import signal
-    import subprocess
-    import tempfile
     with tempfile.TemporaryDirectory(prefix="bench-child-") as folder:
         result_path = Path(folder) / "result.json"
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, kind, json.dumps(cfg.to_dict()), str(result_path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        last = collections.deque(["no output"], maxlen=1)
-        for line in proc.stdout:
-            if line.strip():
-                last.append(line.strip())
-                if progress:
-                    progress(line.rstrip())
-        code = proc.wait()
-        if code == 0 and result_path.is_file():
+
+        def show(line: str) -> bool:
+            if progress and line.strip():
+                progress(line)
+            return False  # kept in the tail too: its last line explains a failure
+        outcome = supervise(python_command("-c", _CHILD, kind, json.dumps(cfg.to_dict()), str(result_path)),
+                            on_line=show)
+        if outcome.returncode == 0 and result_path.is_file():
             return json.loads(result_path.read_text()), None, None
-    if code == -signal.SIGKILL:
+    if outcome.killed_by_sigkill:
         return None, "oom", f"{kind} process killed (SIGKILL, e.g. by the kernel's OOM killer)"
-    return None, "error", f"{kind} process exited with {code}: {last[0]}"
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(name, f"must be a whole number >= {minimum}, got {value!r}")
-    return value
+    return None, "error", f"{kind} process exited with {outcome.returncode}: {outcome.last_line()}"
 
 
 @contextlib.contextmanager
@@ -294,7 +288,6 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolat
     hash of the configuration as requested (so a sweep finds it complete). If nothing fits or
     the search fails, one failure row (oom / error) and no run.
     """
-    from bench_core.run.runner import run_benchmark
     cfg = cfg.replace(batch_size=MAX_BATCH)  # what was asked for, whatever batch cfg named
     say = progress or (lambda msg: None)
     search = find_max_batch(cfg, max_batch_size=max_batch_size, isolate=isolate, progress=say)
@@ -306,16 +299,11 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolat
         rows, status, why = in_fresh_process("run", found, progress)
         rows = rows or [_failure(found, status, why)]
     else:
-        rows = run_benchmark(cfg.replace(batch_size=search.batch_size), progress)
+        rows = run_placed(cfg.replace(batch_size=search.batch_size), progress)
     for row in rows:
         row.update(config_hash=cfg.config_hash(), batch_size_requested=MAX_BATCH, batch_search=search.summary())
     return search, rows
 
 
 def _failure(cfg: BenchConfig, status: str, message: str) -> dict:
-    from bench_core.devices import resolve_device
-    from bench_core.measure import environment
-    from bench_core.run.runner import _failure_row, _run_id
-    run = {"run_id": _run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(), "data": "synthetic",
-           **environment.collect(resolve_device(cfg.device))}
-    return _failure_row(run, status, message)
+    return failure_row({**run_fields(cfg), **environment.collect(resolve_device(cfg.device))}, status, message)

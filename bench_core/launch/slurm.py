@@ -20,15 +20,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench_core.config.schema import BenchConfig
-
-from bench_core.config import ConfigError
+from bench_core import results
+from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
+from bench_core.config.sweepfile import SWEEP_KEYS, grids
+from bench_core.devices import check_device_count
+from bench_core.errors import ConfigError
+from bench_core.results.rows import failure_row, run_fields
+from bench_core.run import worker
 
 CLUSTERS = ("auto", "slurm", "local", "debug")
 PLACEHOLDER_ENDPOINT = "slurm-master:29500"  # replaced by the job's MASTER_ADDR:MASTER_PORT in the task
 
 
-def _cluster(choice: str) -> str:
+def resolve_cluster(choice: str) -> str:
     if choice != "auto":
         return choice
     if shutil.which("srun") is None:
@@ -41,7 +45,6 @@ def _cluster(choice: str) -> str:
 
 def job_configs(args: argparse.Namespace, cluster: str) -> list[BenchConfig]:
     """The configurations to submit, each with its job shape filled in and validated."""
-    from bench_core.config.schema import load_yaml_mapping
     # Flags (and a --config file) apply to every configuration; flags win, as in `bench run`.
     flags = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
     flags.update({name: getattr(args, name) for name in BenchConfig.field_names()
@@ -71,13 +74,11 @@ def _shaped(values: dict, explicit: set, args, cluster: str) -> BenchConfig:
     if cluster == "debug" and cfg.nproc_per_node > 1:
         raise ConfigError("gpus_per_node", "--cluster debug runs one task in this process; use --cluster local")
     if cluster == "local":
-        from bench_core.devices import check_device_count
         check_device_count(cfg)
     return cfg
 
 
-def _sweep_name(path) -> str:
-    from bench_core.config.schema import load_yaml_mapping
+def sweep_name(path) -> str:
     name = load_yaml_mapping(path, "sweep").get("name")
     return name if isinstance(name, str) and name.strip() else Path(path).stem
 
@@ -85,8 +86,6 @@ def _sweep_name(path) -> str:
 def sweep_entries(path) -> list[tuple[dict, set]]:
     """A sweep file (the `bench sweep` format) -> (field values, fields the file sets) per
     configuration. Devices are not checked here: the jobs run on other machines."""
-    from bench_core.config.schema import check_known_keys, load_yaml_mapping
-    from bench_core.config.sweepfile import SWEEP_KEYS, grids
     data = load_yaml_mapping(path, "sweep")
     if "use" in data:
         raise ConfigError("use", f"{path} picks a sweep by this machine's hardware; give the sweep file itself")
@@ -111,8 +110,6 @@ def sweep_entries(path) -> list[tuple[dict, set]]:
 def run_task(cfg_values: dict, out_dir: str) -> list[dict] | None:
     """One SLURM task (one device). Global rank 0 writes the rows and returns them."""
     import submitit
-    from bench_core.run import worker
-    from bench_core import results
 
     env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     values = dict(cfg_values)
@@ -137,42 +134,10 @@ def _slurm_threads(cfg) -> int | None:
     return int(per_task) if per_task and per_task.isdigit() else None
 
 
-# -- waiting ------------------------------------------------------------------------------
-
-def _wait(jobs, out_dir: Path) -> int:
-    from bench_core import results
-    from bench_core.cli.common import format_rows
-    all_ok = True
-    for job, cfg in jobs:
-        message = f"job {job.job_id} returned no rows"
-        try:
-            rows = job.task(0).result()
-        except Exception as exc:  # noqa: BLE001 - a failed job is a row, not a crash of `bench slurm`
-            rows = None
-            message = f"job {job.job_id} failed: {_last_line(str(exc))}"
-        if not rows:  # rank 0 died before writing: record the job's own error
-            from bench_core.run.worker import is_timeout
-            rows = [_submitter_row(cfg, "timeout" if is_timeout(message) else "error", message)]
-            results.write_run(out_dir, rows[0]["run_id"], rows)
-        print(f"job {job.job_id}:")
-        print(format_rows(rows))
-        all_ok &= all(row["status"] == "ok" for row in rows)
-    print(f"results in {out_dir / 'results.csv'}")
-    return 0 if all_ok else 1
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:500] if lines else "no message"
-
-
-def _submitter_row(cfg: BenchConfig, status: str, message: str) -> dict:
+def submitter_row(cfg: BenchConfig, status: str, message: str) -> dict:
     """A failure row written by `bench slurm` when the job left none (its node's
     environment is unknown here)."""
-    from bench_core.run import runner
-    run = {"run_id": runner._run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(),
-           "batch_size_requested": cfg.batch_size, "data": "synthetic", "world_size": cfg.world_size}
-    return runner._failure_row(run, status, message)
+    return failure_row(run_fields(cfg), status, message)
 
 
 if __name__ == "__main__":

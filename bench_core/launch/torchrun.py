@@ -1,6 +1,6 @@
-"""DDP through torch.distributed: the worker side (context, wrap, gather), the worker entry
-point (`python -m bench_core.run.worker`) and the launcher (torchrun as a subprocess; DDP
-cannot run inside a Jupyter kernel). Exactly one worker writes rows.
+"""The torchrun launcher: a configuration with more than one process runs as torchrun workers
+(`python -m bench_core.run.worker`, see run/worker.py) in a supervised child process (DDP
+cannot run inside a Jupyter kernel). Exactly one worker writes rows; this reads them back.
 
 One node, N devices: `bench run ... --nproc-per-node N` runs
     python -m torch.distributed.run --standalone --nproc-per-node N -m bench_core.run.worker ...
@@ -53,21 +53,25 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
-from bench_core.run.worker import PROGRESS_TAG, ROWS_FILE, is_peer_loss, is_timeout, threads_per_process
-
+from bench_core.devices import Backend, check_device_count, resolve_device
+from bench_core.errors import ConfigError
+from bench_core.launch.supervisor import ChildOutcome, supervise
+from bench_core.measure import environment
+from bench_core.results.rows import failure_row, run_fields
+from bench_core.run.worker import (
+    PROGRESS_TAG,
+    ROWS_FILE,
+    is_peer_loss,
+    is_timeout,
+    threads_per_process,
+)
 
 WORKDIR_ENV = "BENCH_DIST_WORKDIR"
 MIN_LAUNCH_TIMEOUT_S = 1800.0
-KILL_GRACE_S = 5.0
 
 
 def launch(cfg, progress=None, *, workdir: str | Path | None = None, timeout_s: float | None = None) -> list[dict]:
@@ -76,8 +80,6 @@ def launch(cfg, progress=None, *, workdir: str | Path | None = None, timeout_s: 
 
     More workers than devices is a ConfigError before anything starts.
     """
-    from bench_core.errors import ConfigError
-    from bench_core.devices import check_device_count, resolve_device
     resolve_device(cfg.device)
     check_device_count(cfg)
     if ":" in cfg.device and cfg.nproc_per_node > 1:
@@ -95,7 +97,8 @@ def launch(cfg, progress=None, *, workdir: str | Path | None = None, timeout_s: 
         command = torchrun_command(cfg, work)
         (work / "command.txt").write_text(shlex.join(command) + "\n")
         limit_s = timeout_s if timeout_s is not None else launch_timeout_s(cfg)
-        outcome = _supervise(command, worker_env(cfg), limit_s, progress, work / "torchrun.log")
+        outcome = supervise(command, env=worker_env(cfg), limit_s=limit_s, on_line=_progress_lines(progress),
+                            log_path=work / "torchrun.log")
         return _collect(cfg, work, outcome, limit_s)
 
 
@@ -131,113 +134,20 @@ def worker_env(cfg) -> dict:
     return env
 
 
-@dataclass
-class _Outcome:
-    returncode: int | None
-    timed_out: bool
-    seconds: float
-    tail: list[str]
-    killed: int = 0
-
-
-def _supervise(command: list[str], env: dict, limit_s: float, progress, log_path: Path) -> _Outcome:
-    """Run torchrun in its own session; stream its output (progress lines to `progress`, all
-    to the log); on the time limit or Ctrl-C kill it and every worker it started."""
-    import psutil
-
-    start = time.perf_counter()
-    tail: deque[str] = deque(maxlen=400)
-    proc = subprocess.Popen([sys.executable, "-c", _PARENT_DEATH_SHIM, *command[1:]], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            bufsize=1, start_new_session=True)
-    reader = threading.Thread(target=_read_output, args=(proc.stdout, log_path, tail, progress), daemon=True)
-    reader.start()
-    seen: dict[int, psutil.Process] = {}  # every descendant ever seen: workers run in their own sessions
-    timed_out, returncode = False, None
-    try:
-        while returncode is None:
-            _remember_descendants(proc.pid, seen)
-            if time.perf_counter() - start > limit_s:
-                timed_out = True
-                break
-            try:
-                returncode = proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        # Runs on success too: nothing torchrun started may outlive the launch.
-        killed = _kill_tree(proc, seen)
-        reader.join(timeout=5)
-    return _Outcome(returncode=proc.returncode if not timed_out else None, timed_out=timed_out,
-                    seconds=time.perf_counter() - start, tail=list(tail), killed=killed)
-
-
-# torchrun gets SIGTERM (and then stops its workers) if this launcher dies without cleaning
-# up (killed, or a notebook kernel shut down): Linux PR_SET_PDEATHSIG, kept across exec.
-_PARENT_DEATH_SHIM = """import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))
-except (OSError, AttributeError):
-    pass
-os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"""
-
-
-def _read_output(stream, log_path: Path, tail: deque, progress) -> None:
-    with open(log_path, "w") as log:
-        for line in stream:
-            log.write(line)
-            log.flush()
-            text = line.rstrip("\n")
-            _, _, rest = text.partition("]:") if text.startswith("[rank") else ("", "", text)
-            if rest.startswith(PROGRESS_TAG):
-                progress(rest[len(PROGRESS_TAG):])
-            else:
-                tail.append(text)
-
-
-def _remember_descendants(pid: int, seen: dict) -> None:
-    import psutil
-    try:
-        for child in psutil.Process(pid).children(recursive=True):
-            seen.setdefault(child.pid, child)
-    except psutil.Error:
-        pass
-
-
-def _kill_tree(proc: subprocess.Popen, seen: dict) -> int:
-    """SIGTERM torchrun's session (torchrun then stops its workers), then SIGKILL whatever
-    is left of every process it ever started. Returns how many were still running."""
-    import psutil
-
-    _remember_descendants(proc.pid, seen)
-    running = sum(1 for p in seen.values() if _running(p)) + (proc.poll() is None)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=KILL_GRACE_S)
-    alive = [p for p in seen.values() if _running(p)]
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=KILL_GRACE_S)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=KILL_GRACE_S)
-    return running
-
-
-def _running(p) -> bool:
-    import psutil
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+def _progress_lines(progress):
+    """Worker lines tagged as progress go to `progress`; everything else stays in the tail."""
+    def claim(text: str) -> bool:
+        _, _, rest = text.partition("]:") if text.startswith("[rank") else ("", "", text)
+        if rest.startswith(PROGRESS_TAG):
+            progress(rest[len(PROGRESS_TAG):])
+            return True
         return False
+    return claim
 
 
-def _collect(cfg, work: Path, outcome: _Outcome, limit_s: float) -> list[dict]:
+# -- the launcher: reading the outcome ---------------------------------------------------
+
+def _collect(cfg, work: Path, outcome: ChildOutcome, limit_s: float) -> list[dict]:
     """Rows from the writer; else one failure row with the root cause's own message."""
     rows_path = work / ROWS_FILE
     if rows_path.exists():
@@ -302,7 +212,7 @@ def _failures(lines: list[str]) -> list[tuple[int, int, int]]:
     return [(int(rank), int(local), int(code)) for rank, local, code in found]
 
 
-def _torchrun_message(cfg, outcome: _Outcome, rank: int | None, local_rank: int | None, exitcode: int | None,
+def _torchrun_message(cfg, outcome: ChildOutcome, rank: int | None, local_rank: int | None, exitcode: int | None,
                       work: Path) -> str:
     if rank is None:
         useful = [line for line in outcome.tail if line.strip() and not line.startswith(("*", " "))]
@@ -334,13 +244,9 @@ def _last_stderr_line(work: Path, local_rank: int) -> str | None:
 
 def _launcher_row(cfg, status: str, message: str) -> dict:
     """A failure row made by the launcher when no worker could make one."""
-    from bench_core.measure import environment
-    from bench_core.run import runner
-    from bench_core.devices import Backend, resolve_device
     device = resolve_device(cfg.device)
     backend = Backend.for_device(device)
-    run = {"run_id": runner._run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(),
-           "batch_size_requested": cfg.batch_size, "data": "synthetic", **environment.collect(device),
-           "device_type": device.type, "device_name": backend.device_name(), "device_count": backend.device_count(),
-           "world_size": cfg.world_size, "dist_backend": "nccl" if device.type == "cuda" else "gloo"}
-    return runner._failure_row(run, status, message)
+    fields = {**run_fields(cfg), **environment.collect(device), "device_type": device.type,
+              "device_name": backend.device_name(), "device_count": backend.device_count(),
+              "dist_backend": "nccl" if device.type == "cuda" else "gloo"}
+    return failure_row(fields, status, message)

@@ -1,1 +1,1 @@
-"""What is measured besides time: environment, FLOPs and MFU, efficiency columns, telemetry."""
+"""What is measured besides time: the environment, FLOPs and MFU, efficiency columns, noise flags, telemetry (NVML, RAPL, psutil)."""

@@ -12,18 +12,7 @@ from pathlib import Path
 import torch
 
 from bench_core import __version__
-from bench_core.capability import cpu_facts
-
-
-@functools.cache
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from bench_core.capability import cpu_facts, cpu_model
 
 
 def _version(dist: str) -> str | None:

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from bench_core.capability import cpu_facts, cpu_model
+from bench_core.files import atomic_write_text, locked
+from bench_core.workload.precision import resolve_precision
+
 GPU_PEAKS_CSV = Path(__file__).resolve().parents[1] / "data" / "gpu_peaks.csv"
 # The peak class each precision is compared with: the dense tensor-core peak of its compute
 # dtype, except strict fp32, which runs on the non-tensor FP32 units.
@@ -130,8 +134,6 @@ def _cpu_path(prec) -> str:
 
 def _cache_key(path: str, threads: int) -> str:
     import torch
-    from bench_core.capability import cpu_facts
-    from bench_core.measure.environment import cpu_model
     facts = cpu_facts()
     env = "".join(f" {k}={v}" for k, v in facts.dispatch_env)
     # PEAK_METHOD in the key: peaks measured another way (v1: one square mm) are never reused.
@@ -163,7 +165,6 @@ def cpu_peak(precision: str, threads: int | None = None, measure: bool = True, f
     emulation is the workload using the machine badly, not a lower ceiling). Measured (a few
     seconds, under a lock so parallel runs measure once) when not cached and `measure` is true."""
     import torch
-    from bench_core.workload.precision import resolve_precision
     prec = resolve_precision(precision)
     if prec.tf32:
         return Peak(None, "tf32 has no CPU peak (a CUDA tensor-core mode)")
@@ -188,7 +189,6 @@ def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | No
     entry = None if force else _read_cache().get(key)
     if entry is not None or not measure:
         return entry
-    from bench_core.files import atomic_write_text, locked
     with locked(cache_path().parent):
         entry = None if force else _read_cache().get(key)  # another process may have measured
         if entry is None:

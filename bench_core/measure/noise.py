@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import statistics
 
-
 # A window's throughput is the mean over its steps, so its own uncertainty is the step-time CV
 # over the square root of the step count (the standard error of the mean step). Above this the
 # window was too short for how much its steps varied: its samples/s is uncertain by more than it.

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bench_core.measure.nvml import _why
-
 RAPL_ROOT = Path("/sys/class/powercap")
 
 
@@ -50,7 +48,7 @@ class RaplCounter:
         except PermissionError:
             return None, f"RAPL {zones[0]}/energy_uj is not readable (root only since Linux 5.10)"
         except (OSError, ValueError) as exc:
-            return None, f"RAPL unreadable ({_why(exc)})"
+            return None, f"RAPL unreadable ({(str(exc) or type(exc).__name__)})"
         return counter, None
 
     def read(self) -> list[int]:

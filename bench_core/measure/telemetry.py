@@ -15,6 +15,7 @@ import psutil
 
 from bench_core.measure.nvml import open_gpu
 from bench_core.measure.rapl import RAPL_ROOT, open_rapl
+from bench_core.results.rows import columns
 
 GPU_INTERVAL_S = 0.05   # NVML power readings refresh every ~20-100 ms
 CPU_INTERVAL_S = 0.1    # RAPL and RSS only: cheaper, coarser is enough
@@ -116,7 +117,6 @@ FOREIGN_CPU_CORES = 0.25
 
 
 def _schema_columns() -> list[str]:
-    from bench_core.results.rows import columns
     return columns()
 
 

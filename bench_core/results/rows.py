@@ -1,15 +1,21 @@
 """The row schema: one documented column list, the statuses, and how a row is made.
+
+Every row starts from `run_fields(cfg)` (who ran what) and ends in `finish_row`; a row that
+says why there is no measurement is `failure_row`. Plain data: no torch is imported here.
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import math
+import uuid
 
+from bench_core.config.schema import BenchConfig
 
 # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
 #    tf32_flags, nccl_version
 SCHEMA_VERSION = 3
-
-
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -118,8 +124,6 @@ _ENVIRONMENT = [
 
 
 def _config_columns() -> list[tuple[str, str]]:
-    import dataclasses
-    from bench_core.config.schema import BenchConfig
     return [(f.name, f"config: {f.metadata['help']}") for f in dataclasses.fields(BenchConfig)]
 
 
@@ -152,3 +156,29 @@ def make_row(**values) -> dict:
     row.update(values)
     row["schema_version"] = SCHEMA_VERSION
     return row
+
+
+def new_run_id(cfg: BenchConfig, suffix: str | None = None) -> str:
+    """`<UTC stamp>-<config hash>-<suffix or 6 random hex digits>`: sortable and unique."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{cfg.config_hash()}-{suffix or uuid.uuid4().hex[:6]}"
+
+
+def run_fields(cfg: BenchConfig, **more) -> dict:
+    """The columns every row of one run of `cfg` starts from: its id and what was asked for."""
+    return {"run_id": new_run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(),
+            "batch_size_requested": cfg.batch_size, "data": "synthetic", "world_size": cfg.world_size, **more}
+
+
+def finish_row(row: dict) -> dict:
+    """Stamp the time, turn NaN into an empty cell and check every column against the schema."""
+    row["timestamp"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return make_row(**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+
+
+def failure_row(fields: dict, status: str, message: str) -> dict:
+    """The one row of a run that has no measurement, and why (`fields`: run_fields(...) and
+    whatever else is known, e.g. the environment)."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}")
+    return finish_row({**fields, "repeat": 0, "status": status, "message": message})

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-
 PROFILE_STEPS = 3        # profiled steps, after one profiler warm-up step
 TOP_OPS = 25             # operators kept in the table and the CSV
 DEFAULT_DIR = Path("outputs") / "profiles"
@@ -36,15 +35,13 @@ def profile_dir(run_id: str) -> Path:
     return Path(os.environ.get("BENCH_PROFILE_DIR") or DEFAULT_DIR) / run_id
 
 
-def profile_after_window(step: Callable[[], object], backend, cfg, rows: list[dict]) -> Profile | None:
-    """The runner's hook: profile `step` and point every row at the files.
+def profile_after_window(step: Callable[[], object], backend, cfg, rows: list[dict], rank: int = 0) -> Profile | None:
+    """The runner's hook: profile `step` and point every row at the files (rank > 0: its own folder).
 
     A failing profiler must not turn measured rows into a failure: it warns and leaves the
     profile columns empty.
     """
-    from bench_core.run import ddp
     run_id = rows[0]["run_id"] if rows and rows[0].get("run_id") else cfg.config_hash()
-    rank = ddp.context().rank
     out_dir = profile_dir(run_id) if rank == 0 else profile_dir(run_id) / f"rank{rank}"
     try:
         result = profile_steps(step, backend, out_dir)

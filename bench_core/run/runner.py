@@ -1,4 +1,4 @@
-"""run_benchmark(BenchConfig) -> result rows: build, warm up, time, measure, record.
+"""One configuration in this process -> result rows: build, warm up, time, measure, record.
 
 A failure is a result: OOM, NaN loss, an exception or an unsupported precision each
 becomes a row with its status and message.
@@ -6,57 +6,35 @@ becomes a row with its status and message.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import math
 import time
-import uuid
 import warnings
 from typing import Callable
 
 import torch
 
-from bench_core.launch import torchrun
-from bench_core.run import ddp
-
-from bench_core.measure import efficiency, environment, flops, telemetry
-from bench_core.measure import noise
 from bench_core.capability import EMULATED, emulated_warning
-from bench_core.config.schema import MAX_BATCH, BenchConfig
-from bench_core.config import ConfigError
+from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
-from bench_core.workload.models import resolve_model
-from bench_core.workload.precision import EmulatedPrecisionWarning, Precision, resolve_precision
-from bench_core.workload.tasks import first_tensor, make_workload
+from bench_core.errors import ConfigError
+from bench_core.measure import efficiency, environment, flops, noise, telemetry
+from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
+from bench_core.run import ddp, profiling
 from bench_core.run.timing import StepStats, Window, time_one, timed_window
-from bench_core.results.rows import error_message
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import (
+    EmulatedPrecisionWarning,
+    Precision,
+    resolve_precision,
+)
+from bench_core.workload.tasks import first_tensor, make_workload
 
 Progress = Callable[[str], None]
 
 
-def run_benchmark(cfg: BenchConfig, progress: Progress | None = None) -> list[dict]:
-    """Run one configuration; return one row per repeat (or one row saying why not).
-
-    With nproc_per_node > 1 (or nnodes > 1) and no process group yet, this launches torchrun
-    workers and returns the combined rows that rank 0 wrote. With batch_size max, an explicit
-    search (capacity.find_max_batch, each probe in a fresh process) comes first.
-    """
-    if cfg.batch_size == MAX_BATCH:
-        from bench_core.launch.batch_search import run_at_max_batch
-        return run_at_max_batch(cfg, isolate=True, progress=progress)[1]
-    if cfg.world_size > 1 and not ddp.in_worker():
-        try:
-            return torchrun.launch(cfg, progress=progress)
-        except ConfigError as exc:  # more workers than devices: a sweep records it and goes on
-            return [_failure_row({**_run_fields(cfg), **environment.collect()}, "unsupported", str(exc))]
-    return _run_here(cfg, progress or (lambda msg: None))
-
-
-def _run_fields(cfg: BenchConfig) -> dict:
-    return {"run_id": _run_id(cfg), "config_hash": cfg.config_hash(), **cfg.to_dict(),
-            "batch_size_requested": cfg.batch_size, "data": "synthetic", "world_size": cfg.world_size}
-
-
-def _run_here(cfg: BenchConfig, progress: Progress) -> list[dict]:
+def run_here(cfg: BenchConfig, progress: Progress | None = None) -> list[dict]:
+    """Run one configuration in this process (a torchrun worker runs its rank here); one row per
+    repeat, or one row saying why not. bench_core.launch.dispatch decides where a run goes."""
+    progress = progress or (lambda msg: None)
     if cfg.compile != "off":
         # Compile from scratch, as a fresh process would. Otherwise an earlier compiled run in
         # this process (a notebook, a sweep, find-batch) leaves dynamo's code cache behind: a new
@@ -76,8 +54,7 @@ def _run_here(cfg: BenchConfig, progress: Progress) -> list[dict]:
             rows.append(row)
         noise.flag_unstable_repeats(rows)
         if cfg.profile:
-            from bench_core.run import profiling
-            profiling.profile_after_window(session.step, session.backend, cfg, rows)
+            profiling.profile_after_window(session.step, session.backend, cfg, rows, rank=session.ctx.rank)
         return rows
     finally:
         session.close()
@@ -97,7 +74,7 @@ class Session:
         # TF32 and cudnn.benchmark as the caller had them, put back by close(). Taken here, not at
         # open(): `bench compare` makes both sessions before opening either.
         self.numerics_before = numerics_state()
-        self.run = _run_fields(cfg)
+        self.run = run_fields(cfg)
         self.ctx = ddp.context()
         self.backend: Backend | None = None
         self.precision: Precision | None = None
@@ -110,7 +87,7 @@ class Session:
         try:
             device = resolve_device(cfg.device, ctx.local_rank)
         except ConfigError as exc:
-            self.failure = _failure_row(run, "unsupported", str(exc))
+            self.failure = failure_row(run, "unsupported", str(exc))
             return False
         self.backend = backend = Backend.for_device(device)
         self.precision = resolve_precision(cfg.precision)
@@ -120,7 +97,7 @@ class Session:
         found = backend.support(self.precision, cfg.mode)
         run.update(precision_support=found.level, precision_support_reason=found.reason)
         if not found.runs:
-            self.failure = _failure_row(run, "unsupported", found.reason)
+            self.failure = failure_row(run, "unsupported", found.reason)
             return False
         if found.level == EMULATED:
             # Asked for explicitly, it runs (people want to see what it costs); one warning per
@@ -161,7 +138,7 @@ class Session:
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train(cfg.mode == "train")
-        workload = make_workload(spec.task, cfg, device, input_dtype)
+        workload = make_workload(spec.task, cfg, device, input_dtype, rank=ctx.rank)
         run["input_shape"] = _sample_shape(cfg, spec.task)
         model = ddp.wrap(model, device, cfg.mode)
 
@@ -208,7 +185,7 @@ class Session:
         row["message"] = None if row["loss_finite"] else \
             f"non-finite {'loss' if cfg.mode == 'train' else 'output'} in repeat {repeat}"
         row.update(efficiency.derive(row, cfg))
-        row = _finish_row(row)
+        row = finish_row(row)
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat + 1}/{cfg.repeats} "
                       f"{row['samples_per_s']:.1f} samples/s [{row['status']}]")
         return row
@@ -218,7 +195,7 @@ class Session:
             return method(*args)
         except Exception as exc:  # noqa: BLE001 - every failure must become a row
             status = "oom" if self.backend.is_oom(exc) else "error"
-            self.failure = _failure_row(self.run, status, error_message(exc))
+            self.failure = failure_row(self.run, status, error_message(exc))
             return None
 
 
@@ -338,20 +315,3 @@ def _sample_shape(cfg, task: str) -> str:
     if task == "volumetric":
         return f"1x{cfg.depth}x{cfg.height}x{cfg.width}"
     return f"3x{cfg.height}x{cfg.width}"
-
-
-def _run_id(cfg: BenchConfig) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"{stamp}-{cfg.config_hash()}-{uuid.uuid4().hex[:6]}"
-
-
-
-
-def _failure_row(run: dict, status: str, message: str) -> dict:
-    return _finish_row({**run, "repeat": 0, "status": status, "message": message})
-
-
-def _finish_row(row: dict) -> dict:
-    from bench_core.results.rows import make_row
-    row["timestamp"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    return make_row(**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})

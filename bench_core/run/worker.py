@@ -19,9 +19,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bench_core import results
+from bench_core.config.schema import BenchConfig
+from bench_core.devices import resolve_device
+from bench_core.files import atomic_write_text
 from bench_core.results.rows import error_message
+from bench_core.results.store import dumps_rows
 from bench_core.run import ddp
 from bench_core.run.ddp import SEED_PER_RANK_ENV
+from bench_core.run.runner import run_here
 
 PROGRESS_TAG = "[bench-progress] "
 ROWS_FILE, RANKS_FILE = "rows.json", "ranks.json"
@@ -48,8 +54,6 @@ def run_worker(cfg, progress=None, threads: int | None = None) -> WorkerResult:
     SLURM): join the process group, run the benchmark, check the replicas, gather every
     rank's device. Rows are complete on every rank; the caller decides who writes them.
     `threads` overrides threads_per_process (SLURM knows each task's CPUs)."""
-    from bench_core.devices import resolve_device
-    from bench_core.run.runner import run_benchmark
 
     os.environ["BENCH_WORKER"] = "1"
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
@@ -62,7 +66,7 @@ def run_worker(cfg, progress=None, threads: int | None = None) -> WorkerResult:
                             timeout=dt.timedelta(seconds=cfg.dist_timeout_s),
                             device_id=device if device.type == "cuda" else None)
     run_cfg = cfg.replace(seed=cfg.seed + rank) if os.environ.get(SEED_PER_RANK_ENV) else cfg
-    rows = run_benchmark(run_cfg, progress)
+    rows = run_here(run_cfg, progress)
     if any(row["status"] in FAILED for row in rows):
         return WorkerResult(rows, ok=False)  # no destroy: a peer may be stuck in a collective
     mine = {"rank": rank, "local_rank": local_rank, "host": socket.gethostname(), "device": str(device),
@@ -82,7 +86,6 @@ def _repeat_digests(rows: list[dict]) -> list[list[str] | None]:
 
 
 def _annotate(row: dict, digests: list[str] | None, ranks: list[dict]) -> dict:
-    from bench_core import results
     row = dict(row)
     row["rank_devices"] = "; ".join(f"rank{r['rank']}@{r['host']}:{r['device']}"
                                     + (f" {r['device_name']}" if r["device"].startswith("cuda") else "")
@@ -104,9 +107,6 @@ def worker_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error("this is a torchrun worker; use `bench run --nproc-per-node N ...`")
-    from bench_core.config.schema import BenchConfig
-    from bench_core.files import atomic_write_text
-    from bench_core.results.store import dumps_rows
 
     work = Path(args.work_dir)
     rank = int(os.environ["RANK"])
@@ -135,8 +135,6 @@ def _print_progress(message: str) -> None:
 
 
 def _write_error(work: Path, rank: int, status: str, message: str, row: dict | None) -> None:
-    from bench_core.files import atomic_write_text
-    from bench_core.results.store import dumps_rows
     record = {"rank": rank, "host": socket.gethostname(), "time": time.time(), "status": status,
               "message": message, "row": json.loads(dumps_rows([row]))[0] if row else None}
     atomic_write_text(work / f"error-rank{rank}.json", json.dumps(record, indent=1))

@@ -1,1 +1,1 @@
-"""Questions answered with several runs: the largest batch that fits, an A/B verdict, the GPU self-test."""
+"""Questions answered with several runs: an A/B verdict (`bench compare`) and the GPU self-test (`bench selftest`)."""

@@ -7,10 +7,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from bench_core.config import ConfigError
-from bench_core.config.schema import MAX_BATCH, BenchConfig, check_known_keys
-from bench_core.launch.batch_search import _check_int
-from bench_core.run.runner import Progress
+from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
+from bench_core.errors import ConfigError
+from bench_core.run.runner import Progress, Session
 
 # Two-sided 97.5% quantiles of Student's t by degrees of freedom (no scipy here); above 30
 # the next lower tabulated df is used, which errs on the wide side.
@@ -135,7 +134,7 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
     round so drift and "who runs second" cancel. Ratio = B/A samples/s, paired per round.
     """
     import torch
-    rounds = _check_int("rounds", rounds, 2)
+    rounds = check_int("rounds", rounds, 2)
     if not 0.0 <= tolerance < 1.0:
         raise ConfigError("tolerance", f"must be a fraction in [0, 1), got {tolerance!r}")
     for cfg in (cfg_a, cfg_b):
@@ -152,7 +151,6 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
         import torch._dynamo
         torch._dynamo.reset()  # compile from scratch, as a fresh process would
     default_threads = torch.get_num_threads()
-    from bench_core.run.runner import Session
     sessions = {"A": Session(cfg_a, say, default_threads), "B": Session(cfg_b, say, default_threads)}
     rows = {"A": result.rows_a, "B": result.rows_b}
     try:

@@ -15,13 +15,22 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from bench_core import results
+from bench_core.capability import capability_table
+from bench_core.config.schema import BenchConfig
+from bench_core.devices import format_tf32_flags, tf32_flags
+from bench_core.launch.batch_search import find_max_batch
+from bench_core.launch.dispatch import run_benchmark
+from bench_core.launch.supervisor import Child, python_command, supervise
+from bench_core.measure import environment
+from bench_core.results.rows import error_message
 
 DEFAULT_OUT = "outputs/selftest/selftest.json"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16")
@@ -64,7 +73,6 @@ class Checklist:
         except Skip as exc:
             status, reason = SKIPPED, str(exc)
         except Exception as exc:  # noqa: BLE001 - a check that crashes is a failed check
-            from bench_core.results.rows import error_message
             status, reason = FAIL, error_message(exc)
         return self.add(name, status, reason, time.perf_counter() - start)
 
@@ -84,7 +92,6 @@ def print_capability_table() -> None:
     here), how each precision runs: native, emulated or unsupported, and why."""
     import torch
 
-    from bench_core.capability import capability_table
     devices = [torch.device("cpu")]
     if torch.cuda.is_available():
         devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
@@ -94,8 +101,7 @@ def print_capability_table() -> None:
             print(f"  {line['precision']:<9} {line['support']:<11} {line['reason']}", flush=True)
 
 
-def _environment() -> dict:
-    from bench_core.measure import environment
+def environment_summary() -> dict:
     env = environment.collect()
     keys = ("host", "os", "python_version", "cpu_model", "torch_version", "cuda_version", "cudnn_version",
             "nccl_version", "driver_version", "gpu_count", "project_version", "git_commit")
@@ -105,8 +111,6 @@ def _environment() -> dict:
 # -- CPU: quick, always ----------------------------------------------------------------------
 
 def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
-    from bench_core import BenchConfig, results, run_benchmark
-    from bench_core.devices import format_tf32_flags, tf32_flags
     checklist.say("CPU checks")
     rows: list[dict] = []
 
@@ -181,36 +185,32 @@ def gpu_configs(device: str, first: bool) -> list[dict]:
 def _run_gpu_children(count: int) -> dict[int, dict]:
     """One child per GPU, in parallel; each runs its configurations and writes what it saw."""
     folder = Path(tempfile.mkdtemp(prefix="bench-selftest-"))
-    procs = {}
-    for index in range(count):
-        spec = folder / f"gpu{index}.json"
-        spec.write_text(json.dumps(gpu_configs(f"cuda:{index}", first=index == 0)))
-        procs[index] = subprocess.Popen([sys.executable, "-m", "bench_core.scenarios.selftest", "runs", str(spec),
-                                         str(folder / f"gpu{index}-out.json")],
-                                        stdout=subprocess.DEVNULL, stderr=open(folder / f"gpu{index}.log", "w"))
+    children = {}
+    try:
+        for index in range(count):
+            spec = folder / f"gpu{index}.json"
+            spec.write_text(json.dumps(gpu_configs(f"cuda:{index}", first=index == 0)))
+            children[index] = Child(python_command("-m", "bench_core.scenarios.selftest", "runs", str(spec),
+                                                   str(folder / f"gpu{index}-out.json")),
+                                    log_path=folder / f"gpu{index}.log")
+        outcomes = {index: child.wait(GPU_CHILD_TIMEOUT_S) for index, child in children.items()}
+    finally:  # Ctrl-C or an error: no GPU child keeps running
+        for child in children.values():
+            child.stop()
     out: dict[int, dict] = {}
-    deadline = time.perf_counter() + GPU_CHILD_TIMEOUT_S
-    for index, proc in procs.items():
-        try:
-            proc.wait(timeout=max(deadline - time.perf_counter(), 1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            out[index] = {"error": f"timed out after {GPU_CHILD_TIMEOUT_S:.0f} s (log: {folder / f'gpu{index}.log'})"}
-            continue
+    for index, outcome in outcomes.items():
         result = folder / f"gpu{index}-out.json"
-        if proc.returncode == 0 and result.exists():
+        if outcome.timed_out:
+            out[index] = {"error": f"timed out after {GPU_CHILD_TIMEOUT_S:.0f} s (log: {folder / f'gpu{index}.log'})"}
+        elif outcome.returncode == 0 and result.exists():
             out[index] = json.loads(result.read_text())
         else:
-            tail = (folder / f"gpu{index}.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            out[index] = {"error": f"child exited with {proc.returncode}: {tail[0][:300]}"}
+            out[index] = {"error": f"child exited with {outcome.returncode}: {outcome.last_line()[:300]}"}
     return out
 
 
 def _child_runs(spec_path: str, out_path: str) -> int:
     """In the child: run each configuration, then read every TF32 accessor (as a notebook cell would)."""
-    from bench_core import BenchConfig, run_benchmark
-    from bench_core.devices import tf32_flags
     runs = []
     for values in json.loads(Path(spec_path).read_text()):
         row = run_benchmark(BenchConfig.from_dict(values))[0]
@@ -277,8 +277,6 @@ def _device_checks(checklist: Checklist, device: str, result: dict | None, secon
 
 
 def _batch_search() -> tuple[bool, str]:
-    from bench_core import BenchConfig
-    from bench_core.launch.batch_search import find_max_batch
     cfg = BenchConfig(**{**TINY, "device": "cuda:0", "mode": "train", "precision": "amp-bf16"})
     search = find_max_batch(cfg, max_batch_size=SEARCH_MAX_BATCH, start_batch_size=SEARCH_MAX_BATCH // 4,
                             isolate=True)
@@ -286,7 +284,6 @@ def _batch_search() -> tuple[bool, str]:
 
 
 def _ddp_run() -> tuple[bool, str]:
-    from bench_core import BenchConfig, run_benchmark
     cfg = BenchConfig(**{**TINY, "device": "cuda", "mode": "train", "precision": "amp-bf16", "nproc_per_node": 2})
     row = run_benchmark(cfg)[0]  # torchrun from this process, which holds no CUDA context
     if row["status"] != "ok":
@@ -303,13 +300,13 @@ def _ddp_run() -> tuple[bool, str]:
 
 def _allreduce() -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="bench-allreduce-") as folder:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                   "-m", "bench_core.scenarios.selftest", "allreduce", folder]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=ALLREDUCE_TIMEOUT_S)
+        command = python_command("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                 "-m", "bench_core.scenarios.selftest", "allreduce", folder)
+        outcome = supervise(command, limit_s=ALLREDUCE_TIMEOUT_S)
         found = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("rank*.json"))]
     if len(found) != 2:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return False, f"{len(found)}/2 ranks reported (exit {proc.returncode}): {tail[0][:300]}"
+        ended = "timed out" if outcome.timed_out else f"exit {outcome.returncode}"
+        return False, f"{len(found)}/2 ranks reported ({ended}): {outcome.last_line()[:300]}"
     wrong = [f for f in found if not f["correct"]]
     return not wrong, "; ".join(f"rank {f['rank']}: got {f['got']}, expected {f['expected']}" for f in found)
 

@@ -9,32 +9,95 @@ This face re-exports the public names of those modules; inside bench_core, impor
 """
 from __future__ import annotations
 
-from bench_core.summary.load import (  # noqa: F401 - re-exported
-    PRECISION_ORDER, EMULATED, EMULATED_SUFFIX, MODE_ORDER, WORKLOAD, NUMERIC,
-    ENVIRONMENT_FIELDS, Results, load_results, typed_rows, machine_label, config_label,
-)
-from bench_core.summary.tables import (  # noqa: F401 - re-exported
-    KNEE_FRACTION, headline_table, peak_memory_mib, relative_speed, amp_speedup_table,
-    emulation_notes, batch_curves, knee_points, scaling_table, efficiency_table, noise_table,
-    failures_table, environment_table, method_settings, timer_name, step_times_long,
-)
-from bench_core.summary.reference import (  # noqa: F401 - re-exported
-    load_reference, gpu_matches, reference_matches, reference_scaling, matched_reference_scaling,
-)
-from bench_core.summary.text import (  # noqa: F401 - re-exported
-    wrap_text, num_text, int_text, is_number, is_present, short_list,
+from bench_core.summary.detail import (  # noqa: F401 - re-exported
+    show_efficiency,
+    show_environment,
+    show_failures,
+    show_method_settings,
+    show_references,
+    show_scaling,
+    show_step_times,
 )
 from bench_core.summary.html import (  # noqa: F401 - re-exported
-    DISPLAY_DPI, PIXEL_RATIO, NUMBER_CELL, TEXT_CELL, esc, display_obj, show_html, note,
-    paragraph, table_html, cell_text, show_table, show_figure, section, plot_style, chart_rows,
-    label_columns, columns_for, device_names, date_range, ordered, sort_table, drop_constant,
-    plain_log_ticks, rotate_ticks,
+    DISPLAY_DPI,
+    NUMBER_CELL,
+    PIXEL_RATIO,
+    TEXT_CELL,
+    cell_text,
+    chart_rows,
+    columns_for,
+    date_range,
+    device_names,
+    display_obj,
+    drop_constant,
+    esc,
+    label_columns,
+    note,
+    ordered,
+    paragraph,
+    plain_log_ticks,
+    plot_style,
+    rotate_ticks,
+    section,
+    show_figure,
+    show_html,
+    show_table,
+    sort_table,
+    table_html,
+)
+from bench_core.summary.load import (  # noqa: F401 - re-exported
+    EMULATED,
+    EMULATED_SUFFIX,
+    ENVIRONMENT_FIELDS,
+    MODE_ORDER,
+    NUMERIC,
+    PRECISION_ORDER,
+    WORKLOAD,
+    Results,
+    config_label,
+    load_results,
+    machine_label,
+    typed_rows,
+)
+from bench_core.summary.reference import (  # noqa: F401 - re-exported
+    gpu_matches,
+    load_reference,
+    matched_reference_scaling,
+    reference_matches,
+    reference_scaling,
 )
 from bench_core.summary.speed import (  # noqa: F401 - re-exported
-    show_overview, show_headline, show_relative_speed, show_throughput, show_amp_speedup,
-    show_batch_curves, show_memory,
+    show_amp_speedup,
+    show_batch_curves,
+    show_headline,
+    show_memory,
+    show_overview,
+    show_relative_speed,
+    show_throughput,
 )
-from bench_core.summary.detail import (  # noqa: F401 - re-exported
-    show_step_times, show_scaling, show_efficiency, show_references, show_failures,
-    show_environment, show_method_settings,
+from bench_core.summary.tables import (  # noqa: F401 - re-exported
+    KNEE_FRACTION,
+    amp_speedup_table,
+    batch_curves,
+    efficiency_table,
+    emulation_notes,
+    environment_table,
+    failures_table,
+    headline_table,
+    knee_points,
+    method_settings,
+    noise_table,
+    peak_memory_mib,
+    relative_speed,
+    scaling_table,
+    step_times_long,
+    timer_name,
+)
+from bench_core.summary.text import (  # noqa: F401 - re-exported
+    int_text,
+    is_number,
+    is_present,
+    num_text,
+    short_list,
+    wrap_text,
 )

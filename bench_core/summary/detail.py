@@ -5,8 +5,22 @@ from __future__ import annotations
 import pandas as pd
 
 from bench_core.measure import noise
-from bench_core.summary.html import columns_for, device_names, esc, label_columns, note, ordered, paragraph, plain_log_ticks, rotate_ticks, section, show_figure, show_html, show_table, table_html
-from bench_core.summary.text import is_present, num_text, wrap_text
+from bench_core.summary.html import (
+    columns_for,
+    device_names,
+    esc,
+    label_columns,
+    note,
+    ordered,
+    paragraph,
+    plain_log_ticks,
+    rotate_ticks,
+    section,
+    show_figure,
+    show_html,
+    show_table,
+    table_html,
+)
 from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
 from bench_core.summary.reference import (
     load_reference,
@@ -23,6 +37,7 @@ from bench_core.summary.tables import (
     scaling_table,
     step_times_long,
 )
+from bench_core.summary.text import is_present, num_text, wrap_text
 
 
 @section

@@ -9,8 +9,8 @@ import re
 
 import pandas as pd
 
-from bench_core.summary.text import is_present
 from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.text import is_present
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from bench_core.files import atomic_write_text
 
 SUMMARY_NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "summary.ipynb"
 HIDDEN_TAGS = {"parameters", "injected-parameters"}  # the report reader has no use for them
@@ -68,7 +69,6 @@ def write_html(executed_notebook: Path, out_html: Path, title: str = "") -> Path
     from nbconvert.preprocessors import TagRemovePreprocessor
     from traitlets.config import Config
 
-    from bench_core.files import atomic_write_text
 
     config = Config()
     config.TagRemovePreprocessor.remove_cell_tags = HIDDEN_TAGS

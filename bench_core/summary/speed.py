@@ -5,9 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench_core.summary.html import chart_rows, columns_for, date_range, drop_constant, esc, label_columns, note, ordered, paragraph, plain_log_ticks, rotate_ticks, section, show_figure, show_html, show_table
-
-from bench_core.summary.text import num_text, wrap_text
+from bench_core.summary.html import (
+    chart_rows,
+    columns_for,
+    date_range,
+    drop_constant,
+    esc,
+    label_columns,
+    note,
+    ordered,
+    paragraph,
+    plain_log_ticks,
+    rotate_ticks,
+    section,
+    show_figure,
+    show_html,
+    show_table,
+)
 from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
 from bench_core.summary.tables import (
     KNEE_FRACTION,
@@ -19,6 +33,7 @@ from bench_core.summary.tables import (
     peak_memory_mib,
     relative_speed,
 )
+from bench_core.summary.text import num_text, wrap_text
 
 
 @section

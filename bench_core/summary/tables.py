@@ -9,8 +9,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench_core.summary.text import is_number, is_present, num_text
-
 from bench_core.summary.html import sort_table
 from bench_core.summary.load import (
     EMULATED_SUFFIX,
@@ -18,6 +16,7 @@ from bench_core.summary.load import (
     WORKLOAD,
     Results,
 )
+from bench_core.summary.text import is_number, is_present, num_text
 
 KNEE_FRACTION = 0.9          # the knee: smallest batch reaching 90% of the curve's best throughput
 

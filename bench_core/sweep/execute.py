@@ -1,4 +1,4 @@
-"""`bench sweep FILE`: run a params/*.yaml grid through notebooks/benchmark.ipynb with papermill.
+"""Running a sweep: `bench sweep FILE` runs a params/*.yaml grid through notebooks/benchmark.ipynb with papermill.
 
 The whole file is validated first (every BenchConfig built, every device resolved): a bad key
 or value is one line and exit 2, before anything is written. Then one papermill execution per
@@ -7,10 +7,10 @@ restores the process-wide numerics knobs it needs), so the kernel start, imports
 context are paid once per model -- each kept as DIR/runs/<run_name>/benchmark.ipynb beside its
 rows.json; DIR/results.csv gathers every row.
 
-Each execution runs in a child process (`python -m bench_core.sweep.execute --child SPEC`) started in a
-session of its own, because that makes every failure mode killable and classifiable:
+Each execution runs in a child process (`python -m bench_core.sweep.execute --child SPEC`) under
+launch.supervisor, because that makes every failure mode killable and classifiable:
 - a per-execution timeout (`timeout_s`) or Ctrl-C kills the whole tree -- child, Jupyter kernel
-  (which jupyter_client starts in yet another session) and any torchrun workers -- via psutil;
+  (which jupyter_client starts in yet another session) and any torchrun workers;
 - the child dies with the sweep (Linux PR_SET_PDEATHSIG) and the kernel with the child
   (ipykernel's parent poller), so a SIGKILLed sweep leaves nothing measuring in the background;
 - the child writes its outcome (ok, papermill's `ename: evalue`, or a dead kernel) to a file.
@@ -27,16 +27,18 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import bench_core
 from bench_core import results
-from bench_core.config import ConfigError
-from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from bench_core.devices import resolve_device
+from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ConfigError
+from bench_core.launch.supervisor import python_command, supervise
+from bench_core.measure import environment
 from bench_core.results.rows import error_message, first_line
 from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
 from bench_core.sweep.plan import (
@@ -48,7 +50,6 @@ from bench_core.sweep.plan import (
 )
 
 TEMPLATE_ENV = "BENCH_TEMPLATE"
-KILL_GRACE_S = 3.0
 INTERRUPTED = "stopped (Ctrl-C or SIGTERM) before this configuration finished"
 RUNNING_MARK = ".running"  # in a run directory while its execution runs; left behind only by a killed sweep
 
@@ -56,7 +57,6 @@ RUNNING_MARK = ".running"  # in a run directory while its execution runs; left b
 def find_template(override: str | None = None) -> Path:
     """The template: --template, else $BENCH_TEMPLATE, else notebooks/benchmark.ipynb of the project
     (beside the bench_core package in a checkout or editable install), else of the current directory."""
-    import bench_core
     given = override or os.environ.get(TEMPLATE_ENV)
     if given:
         path = Path(given).expanduser()
@@ -115,13 +115,12 @@ class Tally:
                 f"{unsupported}, {failed} failed{detail}{not_run}")
 
 
-def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = False, build_report: bool = True,
-              kernel: str = "python3") -> int:
-    """Run (or resume) every execution of the plan into out_dir; return the exit status."""
+def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = False,
+              kernel: str = "python3") -> tuple[int, str]:
+    """Run (or resume) every execution of the plan into out_dir; return the exit status and the
+    closing line (the tally), which the command prints last, after the report."""
     from tqdm import tqdm
 
-    from bench_core.devices import resolve_device
-    from bench_core.measure import environment
 
     results.atomic_write_text(out_dir / "sweep.yaml", sweep_header(plan) + plan.text)
     env = environment.collect(resolve_device(plan.configs[0].device))
@@ -168,8 +167,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
             _record_outcome(out_dir, plan.executions[index], Outcome("interrupted", INTERRUPTED), env)
             _count(tally, _statuses(out_dir, plan.executions[index]), already=set() if force else _done(statuses))
         tally.not_run += sum(len(e.configs) for e in plan.executions[index + running:])
-        print(f"bench sweep: interrupted; {tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}")
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED, f"bench sweep: interrupted; {tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}"
     finally:
         restore()
         with contextlib.suppress(ValueError):  # not the main thread
@@ -179,11 +177,8 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
         results.rebuild_csv(out_dir)
 
     status = EXIT_FAILED if tally.failed else EXIT_OK
-    if build_report:
-        status = max(status, _build_report(out_dir))
     minutes = (time.perf_counter() - started) / 60
-    print(f"bench sweep: {tally.line(len(plan.configs))} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}")
-    return status
+    return status, f"bench sweep: {tally.line(len(plan.configs))} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}"
 
 
 def _redo_note(out_dir: Path, execution: Execution, statuses: dict[str, str]) -> str | None:
@@ -253,22 +248,6 @@ def _record_outcome(out_dir: Path, execution: Execution, outcome: "Outcome", env
     record_missing(out_dir, execution.run_name, execution.configs, status, message, extra)
 
 
-def _build_report(out_dir: Path) -> int:
-    """The HTML report of this directory; a failure to build it is reported, never hides the rows."""
-    try:
-        from bench_core.summary.report import build_report
-    except ImportError:
-        print("bench sweep: report not built (bench_core.summary.report.build_report is not available)", file=sys.stderr)
-        return EXIT_FAILED
-    try:
-        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html")
-    except Exception as exc:  # noqa: BLE001 - the rows are safe; say why the report is missing
-        print(f"bench sweep: report failed: {error_message(exc)}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"report: {path or out_dir / 'report.html'}")
-    return EXIT_OK
-
-
 @dataclass
 class Outcome:
     status: str            # ok | error | crashed | timeout
@@ -289,28 +268,21 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
             "outcome": str(outcome_path), "parent_pid": os.getpid()}
     spec_path = run_dir / ".execution.json"
     results.atomic_write_text(spec_path, json.dumps(spec, indent=1))
-    with open(run_dir / "papermill.log", "w") as log:
-        child = subprocess.Popen([sys.executable, "-m", "bench_core.sweep.execute", "--child", str(spec_path)],
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, env=_child_env())
-        try:
-            child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_tree(child.pid)
-            child.wait()
-            message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
-            _banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
-            return Outcome("timeout", message)
-        except BaseException:  # Ctrl-C, SIGTERM: take the kernel down with us
-            kill_tree(child.pid)
-            child.wait()
-            _banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
-            raise
+    command = python_command("-m", "bench_core.sweep.execute", "--child", str(spec_path))
+    try:
+        outcome = supervise(command, env=_child_env(), limit_s=timeout_s, log_path=run_dir / "papermill.log")
+    except BaseException:  # Ctrl-C, SIGTERM: the supervisor took the kernel down with it
+        _banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
+        raise
+    if outcome.timed_out:
+        message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
+        _banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
+        return Outcome("timeout", message)
     try:
         found = json.loads(outcome_path.read_text())
         return Outcome(found["status"], found.get("message", ""))
     except (OSError, ValueError, KeyError):
-        return Outcome("crashed", f"the papermill process exited with status {child.returncode} without an "
+        return Outcome("crashed", f"the papermill process exited with status {outcome.returncode} without an "
                                   f"outcome (see {run_dir / 'papermill.log'})")
 
 
@@ -319,20 +291,6 @@ def _child_env() -> dict:
     # MPLBACKEND=Agg (headless runs) would stop the kernel's inline figures; the notebook picks its own.
     env.pop("MPLBACKEND", None)
     return env
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and every descendant, including ones in other sessions (the kernel)."""
-    import psutil
-    try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=KILL_GRACE_S)
 
 
 def _banner(notebook: Path, text: str) -> None:

@@ -16,7 +16,10 @@ from typing import Any, Callable, Iterable
 
 from bench_core import results
 from bench_core.config.schema import BenchConfig, check_known_keys
-from bench_core.config import ConfigError
+from bench_core.errors import ConfigError
+from bench_core.launch.dispatch import run_benchmark
+from bench_core.measure import environment
+from bench_core.results.rows import failure_row, new_run_id, run_fields
 
 # Parameters of the template that are not BenchConfig fields: where rows go, and whether
 # configurations already complete in that run directory are measured again.
@@ -156,7 +159,6 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
     configurations about to be measured are dropped first: a configuration without rows
     afterwards is one that did not finish (bench sweep marks it crashed / timeout).
     """
-    from bench_core.run.runner import run_benchmark
     existing = results.read_run(plan.run_dir) or []
     done = set() if plan.force else complete_hashes(existing)
     pending = [cfg for cfg in plan.configs if cfg.config_hash() not in done]
@@ -183,17 +185,8 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
 
 def failure_rows(configs: list[BenchConfig], status: str, message: str, extra: dict | None = None) -> list[dict]:
     """One row per configuration that has no result, saying why (crashed, timeout, interrupted)."""
-    if status not in results.STATUSES:
-        raise ValueError(f"unknown status {status!r}")
-    now = dt.datetime.now(dt.timezone.utc)
-    rows = []
-    for cfg in configs:
-        run_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{cfg.config_hash()}-{status}"
-        rows.append(results.make_row(**{**(extra or {}), **cfg.to_dict()}, run_id=run_id,
-                                     timestamp=now.isoformat(timespec="seconds"), config_hash=cfg.config_hash(),
-                                     repeat=0, status=status, message=message,
-                                     batch_size_requested=cfg.batch_size, data="synthetic"))
-    return rows
+    return [failure_row({**(extra or {}), **run_fields(cfg), "run_id": new_run_id(cfg, suffix=status)}, status, message)
+            for cfg in configs]
 
 
 def record_missing(out_dir: Path, run_name: str, configs: list[BenchConfig], status: str, message: str,
@@ -321,7 +314,6 @@ def environment_table(rows: list[dict]):
     if rows:
         source = {name: rows[0].get(name) for name in _ENV_FIELDS}
     else:
-        from bench_core.measure import environment
         source = {name: value for name, value in environment.collect().items() if name in _ENV_FIELDS}
     return pd.DataFrame([{"field": k, "value": v} for k, v in source.items() if v not in (None, "")]) \
         .style.hide(axis="index")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_core.config import ConfigError
+from bench_core.capability import EMULATED
 from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
 from bench_core.config.sweepfile import (
     EMULATED_CHOICES,
@@ -25,8 +25,10 @@ from bench_core.config.sweepfile import (
     grids,
     parse_timeout,
 )
-from bench_core.errors import EXIT_OK
+from bench_core.devices import Backend, available_devices, resolve_device
+from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.sweep.notebook import LIST_FIELDS, describe, safe_name
+from bench_core.workload.precision import resolve_precision
 
 
 @dataclass
@@ -84,7 +86,6 @@ def _select(use: Any, path: Path) -> tuple[str, Path]:
     check_known_keys(use, list(SELECTOR_CHOICES), where="use")
     if "cpu" not in use:
         raise ConfigError("use", "needs a `cpu` entry: the file to run when no GPU is present")
-    from bench_core.devices import available_devices
     present = available_devices().split(", ")
     has_gpu = any(name.startswith("cuda") for name in present)
     choice = "gpu" if has_gpu and "gpu" in use else "mps" if "mps" in present and "mps" in use else "cpu"
@@ -142,9 +143,6 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
 
 def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig], list[str], list[dict]]:
     """Find the precisions this machine only emulates; leave them out when the policy says skip."""
-    from bench_core.capability import EMULATED
-    from bench_core.devices import Backend, resolve_device
-    from bench_core.workload.precision import resolve_precision
     found: dict[tuple[str, str], Any] = {}
     for cfg in configs:
         key = (cfg.device, cfg.precision, cfg.mode)
@@ -171,7 +169,6 @@ def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig
 
 def _config(values: dict, chosen: dict, settings: dict) -> BenchConfig:
     """One BenchConfig; its error names the field and, when the field is not a setting, the grid combination."""
-    from bench_core.devices import resolve_device
     try:
         cfg = BenchConfig.from_dict(values)
         resolve_device(cfg.device)  # an absent device is bad input here, as for `bench run`
@@ -218,7 +215,6 @@ def _run_name(configs: list[BenchConfig]) -> str:
     """Stable across re-runs (so completed work is found), different when any setting differs."""
     import hashlib
 
-    from bench_core.devices import resolve_device
     first = configs[0]
     digest = hashlib.sha256(" ".join(sorted(c.config_hash() for c in configs)).encode()).hexdigest()[:8]
     device = str(resolve_device(first.device))

@@ -27,10 +27,9 @@ def _rand(shape, device, dtype, generator, memory_format=None):
     return t.contiguous(memory_format=memory_format) if memory_format else t
 
 
-def make_workload(task: str, cfg, device: torch.device, dtype: torch.dtype) -> Workload:
-    from bench_core.run.ddp import context
+def make_workload(task: str, cfg, device: torch.device, dtype: torch.dtype, rank: int = 0) -> Workload:
     # Each rank sees its own samples, as in real data-parallel training.
-    generator = torch.Generator(device=device).manual_seed(cfg.seed + context().rank)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
     b, w, h = cfg.batch_size, cfg.width, cfg.height
     fmt = torch.channels_last if cfg.channels_last else None
 

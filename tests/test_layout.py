@@ -1,0 +1,141 @@
+"""The house: bench_core's imports point one way along the flow (docs.LAYOUT), with no cycles, no
+imports hidden in functions beyond a short allow-list, no private names borrowed across modules,
+and no module too long to read. Read with ast from the source; nothing is imported to check."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench_core.docs import LAYOUT
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bench_core"
+MAX_LINES = 420
+
+# Imports of bench_core made inside a function, each with the reason it must stay there.
+# (importing module, imported module)
+ALLOWED_IN_FUNCTION = {
+    # `import bench_core` (and so `from bench_core import BenchConfig` in a notebook) loads no
+    # torch: the runner is imported when run_benchmark is first called.
+    ("bench_core", "bench_core.launch.dispatch"),
+    # The model registry is plain data that config validates names against; the 3D UNet is
+    # torch code, imported only when that model is built.
+    ("bench_core.workload.models", "bench_core.workload.unet3d"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(node: ast.AST, importer: str) -> list[tuple[str, list[str]]]:
+    """(module, names) that an import statement takes from bench_core."""
+    if isinstance(node, ast.Import):
+        return [(a.name, []) for a in node.names if a.name.split(".")[0] == "bench_core"]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "bench_core":
+        out = []
+        for alias in node.names:
+            full = f"{node.module}.{alias.name}"
+            out.append((full, []) if full in MODULES else (node.module, [alias.name]))
+        return out
+    assert not (isinstance(node, ast.ImportFrom) and node.level), f"{importer}: use absolute imports"
+    return []
+
+
+def edges() -> list[tuple[str, str, int, bool, list[str]]]:
+    """(importer, imported, line, inside a function, names) for every bench_core import."""
+    found = []
+    for name, path in MODULES.items():
+        def walk(node, in_function):
+            for child in ast.iter_child_nodes(node):
+                for target, names in imported(child, name):
+                    if target != name:
+                        found.append((name, target, child.lineno, in_function, names))
+                walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+        walk(ast.parse(path.read_text()), False)
+    return found
+
+
+def part(module: str) -> str:
+    """The part of docs.LAYOUT a module belongs to ('' for the package face itself)."""
+    name = module.split(".")[1] if "." in module else ""
+    return "cli" if name == "__main__" else name
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        stack.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    # The package face `bench_core` hands out __version__ and the public names; the parts may take
+    # __version__ from it, so it is left out of the graph (its own imports are the allow-list's).
+    graph: dict[str, set[str]] = {}
+    for importer, target, _, _, _ in edges():
+        if importer != "bench_core" and target != "bench_core":
+            graph.setdefault(importer, set()).add(target)
+    found = cycle(graph)
+    assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_imports_point_down_the_flow():
+    assert set(LAYOUT) == {part(m) for m in MODULES if part(m)}, "docs.LAYOUT must list every part of bench_core"
+    order = {name: index for index, name in enumerate(LAYOUT)}
+    upward = [f"{a} -> {b} (line {line})" for a, b, line, _, _ in edges()
+              if part(a) and part(b) and part(a) != part(b) and order[part(b)] > order[part(a)]]
+    assert not upward, "imports against the flow of docs.LAYOUT: " + "; ".join(upward)
+
+
+def test_no_bench_core_import_hides_in_a_function_unless_allowed():
+    inner = {(a, b): line for a, b, line, in_function, _ in edges() if in_function}
+    assert len(ALLOWED_IN_FUNCTION) <= 10
+    hidden = [f"{a} -> {b} (line {line})" for (a, b), line in inner.items() if (a, b) not in ALLOWED_IN_FUNCTION]
+    assert not hidden, "bench_core imports inside functions (move them to the top, or allow one with a reason): " \
+                       + "; ".join(hidden)
+    stale = sorted(ALLOWED_IN_FUNCTION - set(inner))
+    assert not stale, f"allow-list entries that no longer exist: {stale}"
+
+
+def test_no_private_name_is_imported_across_modules():
+    private = [f"{a} imports {n} from {b} (line {line})" for a, b, line, _, names in edges()
+               for n in names if n.startswith("_") and n != "__version__"]
+    assert not private, "; ".join(private)
+
+
+def test_every_module_says_its_job_and_stays_short():
+    long = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert not {n: c for n, c in long.items() if c > MAX_LINES}, f"modules over {MAX_LINES} lines"
+    silent = [name for name, path in MODULES.items()
+              if path.name != "__main__.py" and not ast.get_docstring(ast.parse(path.read_text()))]
+    assert not silent, f"modules without a docstring: {silent}"
+
+
+@pytest.mark.parametrize("modules", ["bench_core", "bench_core.results, bench_core.config",
+                                     "bench_core.summary"])
+def test_plain_data_modules_import_no_torch(modules):
+    code = f"import sys, {modules}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False", f"import {modules} loads torch"
