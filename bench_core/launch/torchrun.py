@@ -161,6 +161,10 @@ def _collect(cfg, work: Path, outcome: ChildOutcome, limit_s: float) -> list[dic
         # torchrun may observe the rank that lost its peer first: a rank that failed without
         # leaving an error (exit code, signal) is still the cause.
         silent = [failure for failure in _failures(outcome.tail) if failure[0] not in errors]
+        # A rank torchrun stopped itself (SIGTERM, after another failed) is a casualty, not the
+        # cause, even when torchrun lists it first (seen under load: two failures observed in
+        # the same monitor tick).
+        silent.sort(key=lambda failure: failure[2] == -signal.SIGTERM)
         if silent:
             root_rank, root_local_rank, exitcode = silent[0]
     hard_death = root_rank is not None and root_rank not in errors and not causes
