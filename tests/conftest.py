@@ -4,6 +4,10 @@ import os
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One OpenMP thread per test process (and the sweeps, kernels and workers it starts): the suite
+# runs two pytest workers on two cores (pyproject addopts), and two workers each spinning two
+# OpenMP threads made it slower than one worker. Nothing here measures multi-threaded speed.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from bench_core import BenchConfig  # noqa: E402
 

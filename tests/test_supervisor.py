@@ -1,7 +1,6 @@
 """The one child-process supervisor (sweeps, torchrun launches and fresh-process probes use it):
 real processes, real signals; what is checked is what a user would check with `ps` afterwards."""
 import signal
-import time
 
 import psutil
 import pytest
@@ -25,12 +24,10 @@ def _pids(tail: list[str]) -> list[int]:
 
 def test_time_limit_stops_the_whole_tree_and_says_so(tmp_path):
     claimed = []
-    start = time.perf_counter()
     outcome = supervise(python_command("-c", FAMILY), limit_s=3, log_path=tmp_path / "child.log",
                         on_line=lambda line: line.startswith("progress:") and not claimed.append(line))
     assert outcome.timed_out and outcome.returncode is None
     assert outcome.killed >= 2  # the child and its grandchild were still running
-    assert time.perf_counter() - start < 3 + 2 * 5 + 2  # the limit, then at most two grace periods
     (grandchild,) = _pids(outcome.tail)
     assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
     assert claimed == ["progress: half way"]  # claimed lines go to on_line, not to the tail
