@@ -1,9 +1,14 @@
-"""The error every bad input raises: one line naming the field and what is allowed.
+"""The error every bad input raises (one line naming the field and what is allowed), SIGTERM as
+an exception, and the exit codes of every command.
 
 It lives here, importing nothing from bench_core, so that config, precision, models and devices
 can all raise it without importing each other.
 """
 from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Iterator
 
 
 class ConfigError(ValueError):
@@ -16,6 +21,38 @@ class ConfigError(ValueError):
         super().__init__(f"{self.field}: {problem}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler, `kill`, `timeout`), raised where Ctrl-C would be and handled like it:
+    what finished is kept, the rest is recorded as interrupted, children are stopped."""
+
+
 # Exit codes of every `bench` command: 0 all rows ok; 1 a run or configuration failed (its rows
-# are written); 2 bad input (one line on stderr, nothing written); 130 interrupted.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# are written); 2 bad input (one line on stderr, nothing written); 130 interrupted by Ctrl-C
+# (SIGINT), 143 by SIGTERM (128 + the signal, as a shell reports it).
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+def interrupted_exit(exc: KeyboardInterrupt) -> int:
+    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+def interrupted_by(exc: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, so
+    every `except KeyboardInterrupt` and `finally` that cleans up after Ctrl-C runs for it too.
+    Outside the main thread (where no handler can be set) it changes nothing."""
+    def handler(signum, frame):
+        raise Terminated
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

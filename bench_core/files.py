@@ -1,4 +1,6 @@
-"""Files that are never seen half-written: atomic replace, and a lock per output folder.
+"""Files that are never seen half-written: atomic replace, a lock per output folder, a check
+that a folder can hold results before anything is measured, and a safe place for rows that
+could not be written where they were meant to go.
 """
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from bench_core.errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -38,3 +42,32 @@ def atomic_write_text(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_writable(folder: Path | str, field: str = "out") -> Path:
+    """Check, before anything is measured, that results can be written under `folder`: a run
+    that cannot save them fails at once (one line naming the path and why), not after measuring.
+    Nothing is left behind: a probe file is written and removed in the folder, or in its
+    nearest existing parent when the folder is yet to be made."""
+    folder = Path(folder).absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(field, f"cannot write results to {folder}: {existing} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".bench-write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write results to {folder}: {exc.strerror or exc}") from None
+    return folder
+
+
+def save_fallback(name: str, text: str) -> Path:
+    """Rows that could not be written where they belong (a full disk, a folder gone read-only):
+    a new folder under the system's temporary directory, so that no measurement is lost."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-unsaved-"))
+    path = folder / name
+    path.write_text(text)
+    return path

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import math
 import os
 import subprocess
@@ -126,18 +127,37 @@ def test_find_batch_under_a_memory_cap_finds_the_edge_and_leaves_the_process_usa
     assert out["normal_run"] == ["ok", "ok"]
 
 
-def test_the_size_to_run_keeps_the_margin_and_bisection_stops_at_half_of_it():
+# The search under the address-space cap that find-batch sets itself (what is in use plus what is
+# available), in a child: an allocation refused inside oneDNN rather than torch's allocator can
+# leave this process's oneDNN unable to create primitives, which must not reach the next tests.
+MARGIN_CHILD = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    import test_capacity  # registers test_hungry_cnn
+    from bench_core import BenchConfig
+    from bench_core.launch.batch_search import find_max_batch
     cfg = BenchConfig(model="test_hungry_cnn", mode="infer", device="cpu", max_batch_size=1 << 16)
     search = find_max_batch(cfg)  # batch_margin 0.1 by default
-    largest, failed = search.largest_ok, search.first_failed
-    assert search.stopped == "bracketed" and largest >= 128 and failed, search.summary()
-    assert failed - largest <= max(1, int(largest * 0.05))
-    assert search.batch_size == math.floor(largest * 0.9) and "batch_margin 10%" in search.summary()
-    for probe in search.probes:  # one edge, every probe on its side
-        assert probe.status == ("ok" if probe.batch_size <= largest else "oom"), probe
     exact = find_max_batch(cfg.replace(batch_margin=0))
-    assert exact.first_failed == exact.largest_ok + 1 and exact.batch_size == exact.largest_ok
-    assert len(exact.probes) > len(search.probes)
+    print("RESULT " + json.dumps({{"search": search.to_dict(), "summary": search.summary(),
+                                  "exact": exact.to_dict()}}))
+""")
+
+
+def test_the_size_to_run_keeps_the_margin_and_bisection_stops_at_half_of_it():
+    code = MARGIN_CHILD.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    search, exact = out["search"], out["exact"]
+    largest, failed = search["largest_ok"], search["first_failed"]
+    assert search["stopped"] == "bracketed" and largest >= 128 and failed, out["summary"]
+    assert failed - largest <= max(1, int(largest * 0.05))
+    assert search["batch_size"] == math.floor(largest * 0.9) and "batch_margin 10%" in out["summary"]
+    for probe in search["probes"]:  # one edge, every probe on its side
+        assert probe["status"] == ("ok" if probe["batch_size"] <= largest else "oom"), probe
+    assert exact["first_failed"] == exact["largest_ok"] + 1 and exact["batch_size"] == exact["largest_ok"]
+    assert len(exact["probes"]) > len(search["probes"])
 
 
 @pytest.mark.parametrize("isolate", [[], ["--isolate"]], ids=["in-process", "isolated"])

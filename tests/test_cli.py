@@ -94,7 +94,7 @@ def test_malformed_yaml_and_unknown_key_in_config_file(tmp_path, capsys):
 
 def test_config_file_with_flag_override(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("".join(f"{k}: {v}\n" for k, v in TINY.items()) + "repeats: 1\n")
+    cfg.write_text("".join(f"{k}: {v}\n" for k, v in {**TINY, "repeats": 1}.items()))
     proc = bench_here(capsys, "run", "--config", str(cfg), "--mode", "infer", "--json")
     row = json.loads(proc.stdout)[0]
     assert proc.returncode == 0 and row["mode"] == "infer" and row["repeats"] == 1

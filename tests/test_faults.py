@@ -158,7 +158,7 @@ def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path):
         proc.kill()
     assert proc.returncode == 130, stderr[-2000:]
     summary = stdout.strip().splitlines()
-    assert len(summary) == 1 and summary[0].startswith("bench sweep: interrupted;")
+    assert len(summary) == 1 and summary[0].startswith("bench sweep: interrupted (Ctrl-C);")
     assert "2 failed (2 interrupted)" in summary[0] and "1 not run" in summary[0]
     assert wait_until_gone(tmp_path) == []  # kernel and papermill child terminated
     rows = results.read_run(first)

@@ -13,7 +13,13 @@ import warnings
 
 from bench_core import __version__
 from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings
-from bench_core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ConfigError
+from bench_core.errors import (
+    EXIT_BAD_INPUT,
+    ConfigError,
+    interrupted_by,
+    interrupted_exit,
+    sigterm_as_interrupt,
+)
 
 # name -> (module, one-line help). The command modules are imported when the parser is built.
 COMMANDS = {
@@ -53,15 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), sigterm_as_interrupt():
             warnings.showwarning = one_line_warnings(args.command, warnings.showwarning)
             return args.handler(args)
     except ConfigError as exc:
         print(f"bench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print(f"bench {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        print(f"bench {args.command}: interrupted ({interrupted_by(exc)})", file=sys.stderr)
+        return interrupted_exit(exc)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench_core.config.schema import BenchConfig, load_yaml_mapping
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
-from bench_core.files import atomic_write_text
+from bench_core.files import atomic_write_text, save_fallback
 from bench_core.run.runner import Progress
 from bench_core.workload.precision import EmulatedPrecisionWarning
 
@@ -32,9 +32,16 @@ def note_line(args, message: str) -> None:
 
 
 def write_json(folder: Path, cfg: BenchConfig, data: dict) -> Path:
+    """A command's result as DIR/<stamp>-<hash>.json; if that cannot be written after measuring
+    (a full disk), under the temporary directory instead, with one line saying where."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     path = folder / f"{stamp}-{cfg.config_hash()}.json"
-    atomic_write_text(path, json.dumps(data, indent=1, default=str))
+    text = json.dumps(data, indent=1, default=str)
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        path = save_fallback(path.name, text)
+        print(f"error: could not write {folder}: {exc.strerror or exc}; the result is safe in {path}", file=sys.stderr)
     return path
 
 

@@ -19,6 +19,7 @@ from bench_core.cli.common import (
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK
+from bench_core.files import check_writable
 from bench_core.scenarios.compare import compare, parse_overrides
 
 
@@ -53,6 +54,8 @@ def main_compare(args: argparse.Namespace) -> int:
     for cfg in (cfg_a, cfg_b):
         check_runnable(cfg)
     labels = tuple(" ".join(f"{k}={v}" for k, v in over.items()) or "as configured" for over in (over_a, over_b))
+    if args.out:
+        check_writable(args.out)
     result = compare(cfg_a, cfg_b, rounds=args.rounds, tolerance=args.tolerance, labels=labels,
                      progress=progress_printer(args))
     if args.out:

@@ -18,6 +18,7 @@ from bench_core.cli.common import (
 from bench_core.config.schema import DEFAULT_MAX_BATCH, MAX_BATCH
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK
+from bench_core.files import check_writable
 from bench_core.launch.batch_search import find_max_batch
 
 
@@ -48,6 +49,8 @@ def main_find_batch(args: argparse.Namespace) -> int:
                   "does not apply to find-batch: each probe is a fixed 3-step run")
     cfg = config_from_args(args)
     check_runnable(cfg)
+    if args.out:
+        check_writable(args.out)
     start = 1 if args.batch_size is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
     search = find_max_batch(cfg, start_batch_size=start, isolate=args.isolate, progress=progress_printer(args))
     if args.out:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from bench_core import results
 from bench_core.errors import ConfigError
+from bench_core.files import check_writable
+from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 
 
@@ -28,18 +32,45 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else dirs[0] / "report.html"
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError("--out", f"must be an .html file, got {str(out)!r}")
+    check_writable(out.parent)
+    for d in dirs:
+        refresh_from_runs(d)
     try:
         path = build_report(dirs, out, title=args.title, baseline=args.baseline)
     except ReportError as exc:
-        import sys
         print(f"bench report: error: {exc}", file=sys.stderr)
         return 1
+    for line in load_results(dirs).notes:
+        if "impossible numbers" in line:
+            print(f"bench report: warning: {line}", file=sys.stderr)
     print(path)
     return 0
 
 
+def refresh_from_runs(result_dir: Path) -> None:
+    """The run files are the record: results.csv is rebuilt from them (a damaged or stale
+    results.csv is not believed over intact runs), and a damaged run file is named."""
+    if not any(result_dir.glob("runs/*/rows.json")):
+        return  # written before run files existed, or by hand: results.csv is all there is
+    for path in results.damaged_runs(result_dir):
+        print(f"bench report: warning: {path} is damaged (not readable as rows); that run is left out, "
+              "the other runs are in the report", file=sys.stderr)
+    csv_path = result_dir / "results.csv"
+    try:
+        with results.locked(result_dir):
+            before = csv_path.read_bytes() if csv_path.is_file() else None
+            results.rebuild_csv(result_dir)
+        if before is not None and before != csv_path.read_bytes():
+            rows = sum(1 for _ in results.iter_rows(result_dir))
+            print(f"bench report: note: {csv_path} did not match its run files (damaged or stale); "
+                  f"rebuilt from them: {rows} rows", file=sys.stderr)
+    except OSError as exc:
+        print(f"bench report: warning: {result_dir / 'results.csv'} not refreshed from the run files "
+              f"({exc.strerror or exc}); it is used as it is", file=sys.stderr)
+
+
 def check_result_dirs(result_dirs) -> list[Path]:
-    """Each directory must exist and hold a results.csv; else one line naming it."""
+    """Each directory must exist and hold results (results.csv or run files); else one line naming it."""
     dirs = [Path(d) for d in result_dirs]
     if not dirs:
         raise ConfigError("result_dirs", "give at least one result directory")
@@ -47,7 +78,7 @@ def check_result_dirs(result_dirs) -> list[Path]:
         if not d.is_dir():
             raise ConfigError("result_dirs", f"{str(d)!r} is not a directory; allowed: directories written by "
                               "bench sweep / bench run --out")
-        if not (d / "results.csv").is_file():
+        if not (d / "results.csv").is_file() and not any(d.glob("runs/*/rows.json")):
             raise ConfigError("result_dirs", f"{str(d)!r} has no results.csv; allowed: directories written by "
                               "bench sweep / bench run --out")
     return dirs

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
+from pathlib import Path
 
 from bench_core import results
 from bench_core.cli.common import (
@@ -16,8 +20,11 @@ from bench_core.cli.common import (
     paint,
 )
 from bench_core.devices import check_runnable
-from bench_core.errors import EXIT_FAILED, EXIT_OK
+from bench_core.errors import EXIT_FAILED, EXIT_OK, interrupted_by, interrupted_exit
+from bench_core.files import check_writable, save_fallback
 from bench_core.launch.dispatch import run_benchmark
+from bench_core.measure import environment
+from bench_core.results.rows import failure_row, run_fields
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,35 +33,71 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
             --width 224 --height 224 --steps 50 --warmup-steps 10 --repeats 3 --device cuda --out outputs/quick
   bench run --model unet3d --depth 32 --width 64 --height 64 --mode infer --device cpu
   bench run --model resnet50 --precision amp-bf16 --batch-size 256 --nproc-per-node 8
-exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported), 2 bad input."""
+exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported) or could not be saved, 2 bad
+input, 130 interrupted by Ctrl-C and 143 by SIGTERM (finished repeats are kept, the rest is one
+interrupted row)."""
     add_config_arguments(p)
     p.add_argument("--out", metavar="DIR", help="append rows to DIR/results.csv and DIR/runs/<run_id>/rows.json")
     add_output_arguments(p)
 
 
 def main_run(args: argparse.Namespace) -> int:
-
     cfg = config_from_args(args)
     check_runnable(cfg)  # absent devices, too many processes, impossible precision: bad input
+    if args.out:
+        check_writable(args.out)  # before measuring: a run that cannot be saved does not start
     if cfg.profile and args.out:  # profiles next to the rows
-        import os
-        from pathlib import Path
         os.environ.setdefault("BENCH_PROFILE_DIR", str(Path(args.out) / "profiles"))
     progress = None if args.quiet or args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    rows = run_benchmark(cfg, progress=progress)
+    try:
+        rows = run_benchmark(cfg, progress=progress)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the repeats that finished
+        with contextlib.suppress(ValueError):  # a second signal must not cut the recording short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        rows = getattr(exc, "rows", None) or [failure_row(
+            {**run_fields(cfg), **environment.collect()}, "interrupted",
+            f"stopped by {interrupted_by(exc)} before a repeat finished")]
+        _show(args, rows, _record(args, rows))
+        done = sum(r["status"] == "ok" for r in rows)
+        print(f"bench run: interrupted ({interrupted_by(exc)}); {done} of {cfg.repeats} repeats finished"
+              + (f"; rows in {Path(args.out) / 'results.csv'}" if args.out else ""), file=sys.stderr)
+        return interrupted_exit(exc)
     if not rows:  # a node other than node 0 of a multi-node run: node 0 returns and writes the rows
         print(f"node {cfg.node_rank}: done; node 0 reports the combined result", file=sys.stderr)
         return EXIT_OK
-    if args.out and rows:
+    saved = _record(args, rows)
+    _show(args, rows, saved)
+    ok = all(r["status"] == "ok" for r in rows) and saved
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _record(args: argparse.Namespace, rows: list[dict]) -> bool:
+    """Write the rows to --out; if that fails after measuring (the disk filled meanwhile), they go
+    to a new folder under the temporary directory instead, and one line says where."""
+    if not args.out:
+        return True
+    try:
         path = results.write_run(args.out, rows[0]["run_id"], rows)
-        if not args.json:
-            print(f"rows written to {path} and {path.parents[2] / 'results.csv'}", file=sys.stderr)
-    ok = bool(rows) and all(r["status"] == "ok" for r in rows)
+    except OSError as exc:
+        fallback = save_fallback("rows.json", results.dumps_rows(rows))
+        print(f"bench run: error: could not write the rows to {args.out}: {exc.strerror or exc}; "
+              f"the {len(rows)} measured rows are safe in {fallback}", file=sys.stderr)
+        return False
+    if not args.json:
+        print(f"rows written to {path} and {path.parents[2] / 'results.csv'}", file=sys.stderr)
+    for damaged in results.damaged_runs(args.out):
+        print(f"bench run: warning: {damaged} is damaged (not readable as rows): that earlier run is left out "
+              "of results.csv", file=sys.stderr)
+    return True
+
+
+def _show(args: argparse.Namespace, rows: list[dict], saved: bool) -> None:
+    ok = all(r["status"] == "ok" for r in rows)
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
-    else:
-        print(format_rows(rows))
-        if args.verbose:
-            print(format_details(rows[0]))
-        print(paint(f"{sum(r['status'] == 'ok' for r in rows)}/{len(rows)} rows ok", "green" if ok else "red"))
-    return EXIT_OK if ok else EXIT_FAILED
+        return
+    print(format_rows(rows))
+    if args.verbose:
+        print(format_details(rows[0]))
+    print(paint(f"{sum(r['status'] == 'ok' for r in rows)}/{len(rows)} rows ok", "green" if ok and saved else "red"))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench_core import results
 from bench_core.cli.common import add_config_arguments, format_rows
+from bench_core.files import check_writable
 from bench_core.launch.slurm import (
     CLUSTERS,
     job_configs,
@@ -63,6 +64,7 @@ def main(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args.cluster)
     configs = job_configs(args, cluster)  # every bad input is refused before anything is submitted
     out_dir = Path(args.out or f"outputs/{sweep_name(args.sweep) if args.sweep else 'slurm'}").resolve()
+    check_writable(out_dir)
     executor = submitit.AutoExecutor(folder=out_dir / "slurm", cluster=cluster)
     jobs = []
     for cfg in configs:

@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from bench_core import results
+from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
+from bench_core.files import check_writable
 from bench_core.results.rows import error_message
 from bench_core.summary.report import build_report
 from bench_core.sweep.execute import TEMPLATE_ENV, find_template, run_sweep, sweep_lock
@@ -52,9 +54,18 @@ def main(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or Path("outputs") / plan.name).resolve()
     if args.dry_run:
         return dry_run(plan, out_dir)
+    check_writable(out_dir)  # before anything runs: a sweep that cannot save its rows does not start
     with sweep_lock(out_dir):
-        status, closing = run_sweep(plan, out_dir, template, force=args.force, kernel=args.kernel)
-        if status != EXIT_INTERRUPTED and not args.no_report:
+        try:
+            status, closing = run_sweep(plan, out_dir, template, force=args.force, kernel=args.kernel)
+        except OSError as exc:  # a full disk, a folder gone read-only: say what is safe
+            saved = sum(1 for _ in results.iter_rows(out_dir))
+            print(f"bench sweep: error: could not write to {out_dir}: {exc.strerror or exc}; {saved} rows "
+                  f"were saved before that (in {out_dir / 'runs'}), the configurations after them were not "
+                  f"run. Free space and run the same command again: it resumes, skipping what is complete.",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        if status not in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not args.no_report:
             status = max(status, report_step(out_dir))
     print(closing)
     return status

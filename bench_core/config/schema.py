@@ -8,7 +8,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
@@ -266,18 +269,21 @@ def _is_endpoint(text: str) -> bool:
 
 
 def load_yaml_mapping(path, what: str = "file") -> dict:
-    """A YAML file that must hold a mapping; malformed YAML is a one-line ConfigError."""
-    from pathlib import Path
-
-    import yaml
-
+    """A YAML file that must hold a mapping; unreadable, not UTF-8, malformed YAML or a key given
+    twice in one mapping is a one-line ConfigError naming the file and the line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(what, f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(what, f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+                                "save it as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -286,6 +292,22 @@ def load_yaml_mapping(path, what: str = "file") -> dict:
     if not isinstance(data, dict):
         raise ConfigError(what, f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
     return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
+    keeps the last value silently, so a sweep would run something other than what was written."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (lines {seen[key]} and {key_node.start_mark.line + 1}); "
+                                "keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 def check_int(name: str, value, minimum: int) -> int:

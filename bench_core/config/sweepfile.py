@@ -45,6 +45,9 @@ def grids(grid: Any, fields: list[str]) -> list[dict[str, list]]:
         if not isinstance(entry, dict):
             raise ConfigError("grid", f"{where} must be a mapping of BenchConfig fields to lists of values, "
                                       f"got {entry!r}")
+        if not entry:  # it would run one configuration of pure defaults without a word
+            raise ConfigError("grid", f"{'' if where == 'grid' else where + ' '}is empty; give a mapping of fields to lists of values (for one "
+                                      "configuration, leave grid out and put its fields under settings)")
         check_known_keys(entry, fields, where=where)
         expanded = {}
         for key, values in entry.items():

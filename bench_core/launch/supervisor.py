@@ -117,14 +117,29 @@ def supervise(command: list[str], *, env: dict | None = None, limit_s: float | N
 
 
 def _read_output(stream, log_path: Path | None, tail: deque, on_line) -> None:
-    with open(log_path, "w") if log_path else contextlib.nullcontext() as log:
+    """Drain the child's output to the end, whatever happens to the log: a child whose pipe is not
+    read blocks. A log that cannot be written (a full disk) is given up with a line in the tail."""
+    log = None
+    try:
+        log = open(log_path, "w") if log_path else None
+    except OSError as exc:
+        tail.append(f"(log {log_path} not written: {exc.strerror or exc})")
+    try:
         for line in stream:
             if log:
-                log.write(line)
-                log.flush()
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError as exc:
+                    tail.append(f"(log {log_path} cut short: {exc.strerror or exc})")
+                    log = None
             text = line.rstrip("\n")
             if not (on_line and on_line(text)):
                 tail.append(text)
+    finally:
+        if log:
+            with contextlib.suppress(OSError):
+                log.close()
 
 
 def _remember_descendants(pid: int, seen: dict) -> None:

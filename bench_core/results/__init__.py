@@ -18,6 +18,7 @@ from bench_core.results.rows import (  # noqa: F401 - re-exported
     schema,
 )
 from bench_core.results.store import (  # noqa: F401 - re-exported
+    damaged_runs,
     dumps_rows,
     iter_rows,
     read_run,

@@ -65,3 +65,9 @@ def rebuild_csv(out_dir: Path) -> Path:
     path = Path(out_dir) / "results.csv"
     atomic_write_text(path, buffer.getvalue())
     return path
+
+
+def damaged_runs(out_dir: Path) -> list[Path]:
+    """Run files that exist but cannot be read as rows (cut off mid-write, edited, corrupted):
+    rebuild_csv leaves their runs out, and whoever rebuilds says so."""
+    return [path for path in sorted(Path(out_dir).glob("runs/*/rows.json")) if read_run(path.parent) is None]

@@ -15,7 +15,7 @@ import torch
 from bench_core.capability import EMULATED, emulated_warning
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
-from bench_core.errors import ConfigError
+from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import ddp, profiling
@@ -46,16 +46,24 @@ def run_here(cfg: BenchConfig, progress: Progress | None = None) -> list[dict]:
     try:
         if not session.open():
             return [session.failure]
-        rows = []
         for repeat in range(cfg.repeats):
-            row = session.window(repeat)
+            session.window(repeat)
             if session.failure:
                 return [session.failure]
-            rows.append(row)
+        rows = session.rows
         noise.flag_unstable_repeats(rows)
         if cfg.profile:
             profiling.profile_after_window(session.step, session.backend, cfg, rows, rank=session.ctx.rank)
         return rows
+    except KeyboardInterrupt as exc:
+        # Ctrl-C or SIGTERM: the repeats that finished are kept, the rest is one interrupted row;
+        # the caller (bench run, a notebook) finds them on the exception and records them.
+        rows = session.rows
+        stopped = failure_row(dict(session.run), "interrupted",
+                              f"stopped by {interrupted_by(exc)} after {len(rows)} of {cfg.repeats} repeats")
+        stopped["repeat"] = len(rows)
+        exc.rows = rows + [stopped]
+        raise
     finally:
         session.close()
 
@@ -80,6 +88,7 @@ class Session:
         self.precision: Precision | None = None
         self.spec = self.step = self.last = self.fixed_steps = None
         self.failure: dict | None = None
+        self.rows: list[dict] = []  # every finished window's row, kept before its progress line
 
     def open(self) -> bool:
         """Resolve the device, build and warm up; False (and `self.failure`) if that failed."""
@@ -186,6 +195,7 @@ class Session:
             f"non-finite {'loss' if cfg.mode == 'train' else 'output'} in repeat {repeat}"
         row.update(efficiency.derive(row, cfg))
         row = finish_row(row)
+        self.rows.append(row)  # before the line that says so: a signal after it cannot lose the row
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat + 1}/{cfg.repeats} "
                       f"{row['samples_per_s']:.1f} samples/s [{row['status']}]")
         return row

@@ -94,7 +94,10 @@ def section(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            with plot_style():
+            # A library's warning (numpy's "Mean of empty slice", with the path of its source
+            # file) would be printed into the report: a section says what it means itself.
+            with plot_style(), warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
                 return func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the rest of the report must still render
             import matplotlib.pyplot as plt

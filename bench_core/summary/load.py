@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench_core import results
@@ -86,7 +87,40 @@ def load_results(result_dirs) -> Results:
     unknown = sorted(set(rows["status"]) - set(results.STATUSES))
     if unknown:
         notes.append(f"Unknown status values {short_list(unknown)}: shown under Failures as they are.")
+    impossible = mark_impossible(rows)
+    if impossible:
+        notes.append(f"{impossible} row(s) marked ok hold impossible numbers (a throughput that is not a positive "
+                     "finite number, an infinite or negative time): shown as invalid under Failures and left out "
+                     "of every table, chart and comparison.")
     return Results(rows=rows, dirs=dirs, notes=notes)
+
+
+# A finished measurement has a positive, finite throughput; no measured column is infinite and
+# no time or rate is negative. Anything else was damaged on the way (or edited by hand).
+MUST_BE_POSITIVE = ("samples_per_s",)
+NOT_NEGATIVE = ("samples_per_s_per_device", "batches_per_s", "s_per_iter", "step_time_ms_median", "step_time_ms_mean",
+                "step_time_ms_p5", "step_time_ms_p95", "window_s", "first_step_ms")
+
+
+def mark_impossible(rows: pd.DataFrame) -> int:
+    """Rows with status ok but impossible numbers become status 'invalid' (with the reason)."""
+    if rows.empty:
+        return 0
+    ok = rows["status"] == "ok"
+    reasons = pd.Series("", index=rows.index)
+    for name in MUST_BE_POSITIVE:
+        if name in rows:
+            value = pd.to_numeric(rows[name], errors="coerce")
+            bad = ok & ~(np.isfinite(value) & (value > 0))
+            reasons[bad] += f"{name}=" + value[bad].astype(str) + " "
+    for name in [c for c in NOT_NEGATIVE if c in rows]:
+        value = pd.to_numeric(rows[name], errors="coerce")
+        bad = ok & (np.isinf(value) | (value < 0))
+        reasons[bad] += f"{name}=" + value[bad].astype(str) + " "
+    invalid = reasons != ""
+    rows.loc[invalid, "status"] = "invalid"
+    rows.loc[invalid, "message"] = "impossible measurement: " + reasons[invalid].str.strip()
+    return int(invalid.sum())
 
 
 def _read_csv(path: Path, notes: list[str]) -> pd.DataFrame | None:

@@ -36,7 +36,15 @@ from typing import Iterator
 import bench_core
 from bench_core import results
 from bench_core.devices import resolve_device
-from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ConfigError
+from bench_core.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ConfigError,
+    interrupted_by,
+    interrupted_exit,
+    sigterm_as_interrupt,
+)
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
 from bench_core.results.rows import error_message, first_line
@@ -134,8 +142,9 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     started = time.perf_counter()
     bar = tqdm(total=len(plan.configs), unit="config", desc=plan.name, file=sys.stderr, dynamic_ncols=True)
     index, running = 0, False
-    restore = _sigterm_as_interrupt()
     previous_sigint = signal.getsignal(signal.SIGINT)
+    stack = contextlib.ExitStack()
+    stack.enter_context(sigterm_as_interrupt())
     try:
         for index, execution in enumerate(plan.executions):
             statuses = _statuses(out_dir, execution)
@@ -159,17 +168,18 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
             running = False
             _count(tally, _statuses(out_dir, execution), already=set() if force else _done(statuses))
             bar.update(len(execution.configs))
-    except KeyboardInterrupt:
-        with contextlib.suppress(ValueError):  # a second Ctrl-C must not cut the clean-up short
+    except KeyboardInterrupt as exc:
+        with contextlib.suppress(ValueError):  # a second Ctrl-C or SIGTERM must not cut the clean-up short
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         bar.close()
         if running:
             _record_outcome(out_dir, plan.executions[index], Outcome("interrupted", INTERRUPTED), env)
             _count(tally, _statuses(out_dir, plan.executions[index]), already=set() if force else _done(statuses))
         tally.not_run += sum(len(e.configs) for e in plan.executions[index + running:])
-        return EXIT_INTERRUPTED, f"bench sweep: interrupted; {tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}"
+        return interrupted_exit(exc), f"bench sweep: interrupted ({interrupted_by(exc)}); {tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}"
     finally:
-        restore()
+        stack.close()
         with contextlib.suppress(ValueError):  # not the main thread
             signal.signal(signal.SIGINT, previous_sigint)
         bar.close()
@@ -305,17 +315,6 @@ def _banner(notebook: Path, text: str) -> None:
     nb.cells = [c for c in nb.cells if "bench-sweep-banner" not in c.metadata.get("tags", [])]
     nb.cells.insert(0, cell)
     results.atomic_write_text(notebook, nbformat.writes(nb))
-
-
-def _sigterm_as_interrupt():
-    """SIGTERM (a scheduler, `kill`) stops the sweep as cleanly as Ctrl-C does."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        return lambda: None
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _die_with_parent(parent_pid: int) -> None:
