@@ -12,4 +12,12 @@ def run_benchmark(cfg, progress=None):
     return _run(cfg, progress)
 
 
+def __getattr__(name):
+    """`from bench_core import notebook`, as notebooks made before the sweep/ package say it."""
+    if name == "notebook":
+        from bench_core.sweep import notebook
+        return notebook
+    raise AttributeError(f"module 'bench_core' has no attribute {name!r}")
+
+
 __all__ = ["BenchConfig", "ConfigError", "run_benchmark", "__version__"]

@@ -19,6 +19,9 @@ ALLOWED_IN_FUNCTION = {
     # `import bench_core` (and so `from bench_core import BenchConfig` in a notebook) loads no
     # torch: the runner is imported when run_benchmark is first called.
     ("bench_core", "bench_core.launch.dispatch"),
+    # Notebooks written before the restructuring say `from bench_core import notebook`; the
+    # package face still answers it, importing the module (and torch) only when asked.
+    ("bench_core", "bench_core.sweep.notebook"),
     # The model registry is plain data that config validates names against; the 3D UNet is
     # torch code, imported only when that model is built.
     ("bench_core.workload.models", "bench_core.workload.unet3d"),

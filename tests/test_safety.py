@@ -185,9 +185,7 @@ def test_sigterm_to_a_multi_process_run_leaves_no_process(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 143, stderr[-2000:]
-    deadline = time.monotonic() + 15
-    while (left := _processes_mentioning(work)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    left = _left_behind(work)
     assert left == [], [p.cmdline() for p in left]  # torchrun and both workers are gone
 
 
@@ -210,10 +208,16 @@ def test_sigterm_to_a_sweep_exits_143_and_stops_its_kernel(tmp_path):
     assert proc.returncode == 143, stderr[-2000:]
     assert stdout.strip().splitlines()[-1].startswith("bench sweep: interrupted (SIGTERM);")
     assert [r["status"] for r in results.iter_rows(out)] == ["interrupted"]
-    deadline = time.monotonic() + 15
-    while (left := _processes_mentioning(out)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    left = _left_behind(out)
     assert left == [], [p.cmdline() for p in left]  # the papermill child and its kernel are gone
+
+
+def _left_behind(folder: Path, timeout_s: float = 15) -> list[psutil.Process]:
+    """What still runs for `folder` once the processes have had `timeout_s` to go."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _processes_mentioning(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def _processes_mentioning(folder: Path) -> list[psutil.Process]:
