@@ -1,5 +1,6 @@
 """The `bench` command: one module per subcommand (cli/<command>.py), each giving
-`add_arguments(parser)` and `main(args)`; the only place that parses arguments.
+`add_arguments(parser)` and `main(args)` (cli/info.py serves models, sysinfo and peak with
+`add_<command>_arguments` and `main_<command>`); the only place that parses arguments.
 
 Exit codes (bench_core.errors): 0 all rows ok; 1 a run or configuration failed (its rows are
 written); 2 bad input (one line on stderr, nothing written); 130 interrupted.

@@ -23,7 +23,7 @@ from bench_core.files import check_writable
 from bench_core.scenarios.compare import compare, parse_overrides
 
 
-def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
 Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval, and a verdict:
 faster / slower (the CI excludes 1 and the change exceeds --tolerance) or same within noise.
@@ -45,7 +45,7 @@ exit status: 0 verdict given, 1 a variant failed (rows written with --out), 2 ba
     add_output_arguments(p)
 
 
-def main_compare(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
     base = config_from_args(args)
     over_a, over_b = parse_overrides(args.a, "--a"), parse_overrides(args.b, "--b")

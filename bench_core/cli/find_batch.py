@@ -22,7 +22,7 @@ from bench_core.files import check_writable
 from bench_core.launch.batch_search import find_max_batch
 
 
-def add_find_batch_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size
 (default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
 --batch-margin (default 10%) below the largest that ran, and bisection stops at half that margin;
@@ -44,7 +44,7 @@ exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
     add_output_arguments(p)
 
 
-def main_find_batch(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     refuse_flags(args, ("steps", "warmup_steps", "repeats", "min_seconds", "profile"),
                   "does not apply to find-batch: each probe is a fixed 3-step run")
     cfg = config_from_args(args)

@@ -27,7 +27,7 @@ from bench_core.measure import environment
 from bench_core.results.rows import failure_row, run_fields
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """examples:
   bench run --model resnet50 --mode train --precision amp-bf16 --batch-size 32 \\
             --width 224 --height 224 --steps 50 --warmup-steps 10 --repeats 3 --device cuda --out outputs/quick
@@ -41,7 +41,7 @@ interrupted row)."""
     add_output_arguments(p)
 
 
-def main_run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_runnable(cfg)  # absent devices, too many processes, impossible precision: bad input
     if args.out:
