@@ -7,11 +7,16 @@ Building a backend creates no CUDA context: only `bind()`, in the process that b
 from __future__ import annotations
 
 import re
-import resource
 import sys
 import time
 
+import psutil
 import torch
+
+try:  # POSIX only: the process's peak RSS (Windows has no resource module)
+    import resource
+except ImportError:  # pragma: no cover - not on the machines the tests run on
+    resource = None
 
 from bench_core import capability
 from bench_core.capability import Support, cpu_model
@@ -268,10 +273,12 @@ class Backend:
         pass
 
     def memory_stats(self) -> dict:
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        scale = 1 if sys.platform == "darwin" else 1024  # Linux reports KiB
-        return {"peak_mem_allocated_bytes": None, "peak_mem_reserved_bytes": None,
-                "peak_rss_bytes": rss * scale}
+        if resource is None:  # Windows: the current RSS is the closest figure there is
+            peak = psutil.Process().memory_info().rss
+        else:
+            scale = 1 if sys.platform == "darwin" else 1024  # Linux reports KiB
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+        return {"peak_mem_allocated_bytes": None, "peak_mem_reserved_bytes": None, "peak_rss_bytes": peak}
 
     def is_oom(self, exc: BaseException) -> bool:
         if isinstance(exc, MemoryError):

@@ -5,24 +5,22 @@ could not be written where they were meant to go.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from filelock import FileLock
 
 from bench_core.errors import ConfigError
 
 
 @contextlib.contextmanager
 def locked(out_dir: Path) -> Iterator[None]:
+    """Exclusive use of an output folder (filelock: fcntl on POSIX, msvcrt on Windows)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(out_dir / ".lock"):
+        yield
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -142,3 +142,46 @@ def test_plain_data_modules_import_no_torch(modules):
     code = f"import sys, {modules}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False", f"import {modules} loads torch"
+
+
+POSIX_ONLY = {"fcntl", "resource", "termios", "pwd", "grp", "pty", "tty"}
+
+
+def test_no_posix_only_module_is_imported_unguarded_at_the_top():
+    # At the top of a module, a POSIX-only import must sit in a try/except ImportError; inside a
+    # function it runs only where that function is called (and is guarded there too).
+    unguarded = []
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                unguarded += [f"{name}: {m} (line {node.lineno})" for m in found if m.split(".")[0] in POSIX_ONLY]
+    assert not unguarded, unguarded
+
+
+BLOCKED = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"fcntl", "resource"}:
+            raise ImportError(f"{name} is blocked (as on Windows)")
+sys.meta_path.insert(0, Block())
+for name in ("fcntl", "resource"):
+    sys.modules.pop(name, None)
+import bench_core, bench_core.files, bench_core.results, bench_core.config, bench_core.summary
+from bench_core.files import locked
+import tempfile, pathlib
+with locked(pathlib.Path(tempfile.mkdtemp())):
+    print("imported and locked without fcntl and resource")
+"""
+
+
+def test_the_package_imports_and_locks_without_fcntl_and_resource():
+    # (filelock falls back to its soft lock here and warns; on Windows it uses msvcrt instead)
+    out = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "imported and locked without fcntl and resource" in out.stdout
+
+
+def test_importing_the_package_warns_of_nothing():
+    subprocess.run([sys.executable, "-W", "error", "-c", "import bench_core, bench_core.cli"], check=True)

@@ -23,7 +23,6 @@ on DIR/.sweep.lock refuses a second sweep into the same directory.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -32,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
+
+from filelock import FileLock, Timeout
 
 import bench_core
 from bench_core import results
@@ -83,27 +84,24 @@ def find_template(override: str | None = None) -> Path:
 
 @contextlib.contextmanager
 def sweep_lock(out_dir: Path) -> Iterator[None]:
-    """One sweep per output directory: a second one is refused with the holder's pid."""
+    """One sweep per output directory: a second one is refused with the holder's pid. The lock
+    is released when this process ends, however it ends (filelock: fcntl or msvcrt)."""
+    lock = FileLock(out_dir / ".sweep.lock")
+    pid_file = out_dir / ".sweep.pid"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        handle = open(out_dir / ".sweep.lock", "a+")
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
+        raise ConfigError("out", f"{out_dir} is in use by another bench sweep (pid {holder}); "
+                                 "wait for it to finish or choose another --out") from None
     except OSError as exc:
         raise ConfigError("out", f"cannot use {out_dir} as the output directory: {exc.strerror or exc}") from None
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise ConfigError("out", f"{out_dir} is in use by another bench sweep (pid {holder}); "
-                                     "wait for it to finish or choose another --out") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+        pid_file.write_text(str(os.getpid()))
         yield
     finally:
-        handle.close()  # releases the lock (the kernel also releases it if this process dies)
+        lock.release()
 
 
 @dataclass
