@@ -110,3 +110,17 @@ def test_sysinfo_and_help(capsys):
     assert info["torch_version"] and info["cpu_count"] >= 1 and "git_commit" in info
     help_text = bench_here(capsys, "run", "--help").stdout
     assert "examples:" in help_text and "--batch-size" in help_text and "--precision" in help_text
+
+
+def test_help_lists_choices_says_each_default_once_and_errors_point_at_the_subcommand(capsys):
+    run_help = bench_here(capsys, "run", "--help").stdout
+    assert "--mode {train,infer}" in run_help and "--optimizer {sgd,adam,adamw}" in run_help
+    assert "--compile {off,default,reduce-overhead,max-autotune}" in run_help
+    assert "(default: None)" not in run_help and "(default: train)" in run_help
+    search_help = bench_here(capsys, "find-batch", "--help").stdout
+    assert "--repeats REPEATS" not in search_help and "--max-batch-size" in search_help  # only what it uses
+    refused = bench_here(capsys, "find-batch", "--model", "resnet18", "--repeats", "3")
+    assert refused.returncode == 2 and "repeats: does not apply to find-batch" in refused.stderr
+    typo = bench_here(capsys, "run", "--batchsize", "4")
+    assert typo.returncode == 2
+    assert typo.stderr.strip() == "bench run: error: unrecognized arguments: --batchsize 4 (see bench run --help)"

@@ -49,13 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         adder(p)
-        p.set_defaults(handler=getattr(module, f"main_{name.replace('-', '_')}", None) or module.main)
+        p.set_defaults(handler=getattr(module, f"main_{name.replace('-', '_')}", None) or module.main, parser=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, so the line points at its --help
+        (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT

@@ -65,17 +65,25 @@ def config_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per BenchConfig field. Values stay text: BenchConfig validates them."""
+def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...] = ()) -> None:
+    """One flag per BenchConfig field. Values stay text: BenchConfig validates them. An enumerated
+    field shows its choices; each default is said once. A flag not given is absent from args, so
+    the config file or the default stands. `unused` fields are left out of --help (the command
+    refuses them with its reason: see refuse_flags)."""
     group = parser.add_argument_group("benchmark configuration (BenchConfig fields)")
     for f in dataclasses.fields(BenchConfig):
-        help_text = f"{f.metadata['help']} (default: {f.default})"
-        if f.type in ("bool", bool):
+        help_text = f.metadata["help"]
+        if f.default is not None and "default" not in help_text:
+            help_text += f" (default: {f.default})"
+        help_text = argparse.SUPPRESS if f.name in unused else help_text.replace("%", "%%")
+        if f.type in ("bool", bool):  # argparse adds no default of its own to a suppressed one
             group.add_argument(config_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
-                               default=None, help=help_text)
-        else:
-            group.add_argument(config_flag(f.name), dest=f.name, default=None, metavar=f.name.upper(),
-                               help=help_text)
+                               default=argparse.SUPPRESS, help=help_text)
+            continue
+        choices = f.metadata.get("choices")
+        metavar = "{" + ",".join(choices) + "}" if choices else f.name.upper()
+        group.add_argument(config_flag(f.name), dest=f.name, default=argparse.SUPPRESS, metavar=metavar,
+                           help=help_text)
     group.add_argument("--config", dest="config_file", metavar="FILE",
                        help="YAML file of BenchConfig fields; flags given on the command line win")
 

@@ -32,7 +32,7 @@ examples:
   bench compare --model resnet18 --width 64 --height 64 --batch-size 16 --device cpu --a compile=off --b compile=default
   bench compare --model resnet50 --precision amp-bf16 --device cuda --b channels_last=true --rounds 10 --out outputs/ab
 exit status: 0 verdict given, 1 a variant failed (rows written with --out), 2 bad input."""
-    add_config_arguments(p)
+    add_config_arguments(p, unused=("repeats",))
     p.add_argument("--a", dest="a", nargs="+", action="extend", metavar="KEY=VALUE",
                    help="overrides for variant A (BenchConfig fields, e.g. compile=off)")
     p.add_argument("--b", dest="b", nargs="+", action="extend", metavar="KEY=VALUE",

@@ -22,6 +22,10 @@ from bench_core.files import check_writable
 from bench_core.launch.batch_search import find_max_batch
 
 
+# Settings of a benchmark run that a probe does not use: each probe is a fixed short run.
+UNUSED = ("steps", "warmup_steps", "repeats", "min_seconds", "profile")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size
 (default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
@@ -36,7 +40,7 @@ examples:
 In a sweep or `bench run`, batch_size max runs this search (each probe in a fresh process), then
 the benchmark at the size found; its rows keep both sizes and the search (batch_search).
 exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
-    add_config_arguments(p)
+    add_config_arguments(p, unused=UNUSED)
     p.add_argument("--isolate", action="store_true",
                    help="run each probe in a fresh process (an import per probe; exact for runs in fresh "
                         "processes, e.g. sweeps; in-process CPU probes can come out low near the limit)")
@@ -45,13 +49,13 @@ exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
 
 
 def main(args: argparse.Namespace) -> int:
-    refuse_flags(args, ("steps", "warmup_steps", "repeats", "min_seconds", "profile"),
+    refuse_flags(args, UNUSED,
                   "does not apply to find-batch: each probe is a fixed 3-step run")
     cfg = config_from_args(args)
     check_runnable(cfg)
     if args.out:
         check_writable(args.out)
-    start = 1 if args.batch_size is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
+    start = 1 if getattr(args, "batch_size", None) is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
     search = find_max_batch(cfg, start_batch_size=start, isolate=args.isolate, progress=progress_printer(args))
     if args.out:
         path = write_json(Path(args.out) / "find-batch", cfg, search.to_dict())
