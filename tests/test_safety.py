@@ -1,6 +1,7 @@
 """Nothing measured is lost: outputs checked before measuring, finished repeats kept on SIGTERM,
 no process left behind, full disks and damaged files said in one line. Real commands, real
 signals, real files; a real read-only or full filesystem where this test may mount one."""
+import contextlib
 import csv
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -29,9 +31,21 @@ def bench_here(capsys, *args) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
-def start(*args, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=ROOT, stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def started(*args, env=None) -> Iterator[subprocess.Popen]:
+    """`bench ARGS` in a child; killed on the way out whatever the test found."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
+def terminate(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM, as SLURM, Kubernetes and `timeout` send it; then all the command printed."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=120)
 
 
 def wait_for_line(proc: subprocess.Popen, needle: str, count: int = 1, timeout_s: float = 240) -> list[str]:
@@ -159,13 +173,9 @@ def test_a_sweep_that_fills_the_disk_says_what_is_safe_and_resumes(mount_tmpfs, 
 
 def test_sigterm_keeps_the_finished_repeats_of_a_run(tmp_path):
     out = tmp_path / "out"
-    proc = start("run", *TINY, "--repeats", "5", "--min-seconds", "1", "--out", str(out))
-    try:
+    with started("run", *TINY, "--repeats", "5", "--min-seconds", "1", "--out", str(out)) as proc:
         wait_for_line(proc, "samples/s [ok]", count=2)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+        stdout, stderr = terminate(proc)
     assert proc.returncode == 143, stderr[-2000:]
     assert stderr.strip().splitlines()[-1].startswith("bench run: interrupted (SIGTERM); ")
     rows = list(results.iter_rows(out))
@@ -176,14 +186,10 @@ def test_sigterm_keeps_the_finished_repeats_of_a_run(tmp_path):
 
 def test_sigterm_to_a_multi_process_run_leaves_no_process(tmp_path):
     work = tmp_path / "launches"
-    proc = start("run", *TINY, "--nproc-per-node", "2", "--repeats", "50", "--min-seconds", "1",
-                 env={"BENCH_DIST_WORKDIR": str(work)})
-    try:
+    with started("run", *TINY, "--nproc-per-node", "2", "--repeats", "50", "--min-seconds", "1",
+                 env={"BENCH_DIST_WORKDIR": str(work)}) as proc:
         wait_for_line(proc, "warm-up")
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+        stdout, stderr = terminate(proc)
     assert proc.returncode == 143, stderr[-2000:]
     left = _left_behind(work)
     assert left == [], [p.cmdline() for p in left]  # torchrun and both workers are gone
@@ -195,16 +201,12 @@ def test_sigterm_to_a_sweep_exits_143_and_stops_its_kernel(tmp_path):
     sweep.write_text("name: long\ngrid:\n  seed: [0]\nsettings: {model: resnet18, width: 32, height: 32, "
                      "batch_size: 2, steps: 2, warmup_steps: 1, repeats: 3, min_seconds: 120, device: cpu}\n")
     out = tmp_path / "out"
-    proc = start("sweep", str(sweep), "--out", str(out), "--no-report")
-    try:
+    with started("sweep", str(sweep), "--out", str(out), "--no-report") as proc:
         deadline = time.monotonic() + 240
         while not list(out.glob("runs/*/benchmark.ipynb")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(2)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+        time.sleep(2)  # the kernel is up and measuring
+        stdout, stderr = terminate(proc)
     assert proc.returncode == 143, stderr[-2000:]
     assert stdout.strip().splitlines()[-1].startswith("bench sweep: interrupted (SIGTERM);")
     assert [r["status"] for r in results.iter_rows(out)] == ["interrupted"]

@@ -21,7 +21,6 @@ from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.files import check_writable
 from bench_core.launch.batch_search import find_max_batch
 
-
 # Settings of a benchmark run that a probe does not use: each probe is a fixed short run.
 UNUSED = ("steps", "warmup_steps", "repeats", "min_seconds", "profile")
 

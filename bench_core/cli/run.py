@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +18,13 @@ from bench_core.cli.common import (
     paint,
 )
 from bench_core.devices import check_runnable
-from bench_core.errors import EXIT_FAILED, EXIT_OK, interrupted_by, interrupted_exit
+from bench_core.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    interrupted_by,
+    interrupted_exit,
+    interrupts_held,
+)
 from bench_core.files import check_writable, save_fallback
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.measure import environment
@@ -52,13 +56,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         rows = run_benchmark(cfg, progress=progress)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the repeats that finished
-        with contextlib.suppress(ValueError):  # a second signal must not cut the recording short
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         rows = getattr(exc, "rows", None) or [failure_row(
             {**run_fields(cfg), **environment.collect()}, "interrupted",
             f"stopped by {interrupted_by(exc)} before a repeat finished")]
-        _show(args, rows, _record(args, rows))
+        with interrupts_held():
+            saved = _record(args, rows)
+        _show(args, rows, saved)
         done = sum(r["status"] == "ok" for r in rows)
         print(f"bench run: interrupted ({interrupted_by(exc)}); {done} of {cfg.repeats} repeats finished"
               + (f"; rows in {Path(args.out) / 'results.csv'}" if args.out else ""), file=sys.stderr)

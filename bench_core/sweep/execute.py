@@ -44,7 +44,7 @@ from bench_core.errors import (
     ConfigError,
     interrupted_by,
     interrupted_exit,
-    sigterm_as_interrupt,
+    interrupts_held,
 )
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
@@ -140,10 +140,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     started = time.perf_counter()
     bar = tqdm(total=len(plan.configs), unit="config", desc=plan.name, file=sys.stderr, dynamic_ncols=True)
     index, running = 0, False
-    previous_sigint = signal.getsignal(signal.SIGINT)
-    stack = contextlib.ExitStack()
-    stack.enter_context(sigterm_as_interrupt())
-    try:
+    try:  # (SIGTERM arrives as errors.Terminated, a KeyboardInterrupt: `bench` sets that up)
         for index, execution in enumerate(plan.executions):
             statuses = _statuses(out_dir, execution)
             if not force and _is_complete(execution, statuses):
@@ -167,19 +164,15 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
             _count(tally, _statuses(out_dir, execution), already=set() if force else _done(statuses))
             bar.update(len(execution.configs))
     except KeyboardInterrupt as exc:
-        with contextlib.suppress(ValueError):  # a second Ctrl-C or SIGTERM must not cut the clean-up short
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         bar.close()
-        if running:
-            _record_outcome(out_dir, plan.executions[index], Outcome("interrupted", INTERRUPTED), env)
-            _count(tally, _statuses(out_dir, plan.executions[index]), already=set() if force else _done(statuses))
+        with interrupts_held():
+            if running:
+                _record_outcome(out_dir, plan.executions[index], Outcome("interrupted", INTERRUPTED), env)
+                _count(tally, _statuses(out_dir, plan.executions[index]), already=set() if force else _done(statuses))
         tally.not_run += sum(len(e.configs) for e in plan.executions[index + running:])
-        return interrupted_exit(exc), f"bench sweep: interrupted ({interrupted_by(exc)}); {tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}"
+        return interrupted_exit(exc), (f"bench sweep: interrupted ({interrupted_by(exc)}); "
+                                       f"{tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}")
     finally:
-        stack.close()
-        with contextlib.suppress(ValueError):  # not the main thread
-            signal.signal(signal.SIGINT, previous_sigint)
         bar.close()
     with results.locked(out_dir):
         results.rebuild_csv(out_dir)
