@@ -1,4 +1,4 @@
-"""The generated reference sections: complete, well-formed, and current in README.md."""
+"""The generated reference sections: complete, well-formed, and current in README.md and docs/reference.md."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench_core import docs
+from bench_core.cli import COMMANDS
 from bench_core.config import BenchConfig
 from bench_core.workload.models import model_table
 from bench_core.workload.precision import ALIASES, PRECISIONS
@@ -17,6 +18,7 @@ from bench_core.results import columns
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "reference.md"
 
 
 def body_rows(table_text: str) -> list[list[str]]:
@@ -36,12 +38,35 @@ def first_column(table_text: str) -> list[str]:
     return [row[0] for row in body_rows(table_text)]
 
 
-def test_readme_generated_sections_are_current():
-    text = README.read_text()
-    names = docs.section_names(text)
-    assert set(names) >= {"layout", "params", "schema", "models", "precisions"}, "README.md lost its generated sections"
+@pytest.mark.parametrize("page, wanted", [(README, {"commands", "layout"}),
+                                          (REFERENCE, {"params", "schema", "models", "precisions"})])
+def test_generated_sections_are_current(page, wanted):
+    text = page.read_text()
+    assert set(docs.section_names(text)) >= wanted, f"{page.name} lost generated sections"
     stale = docs.stale_sections(text)
-    assert not stale, f"README.md is stale in {stale}: run `python -m bench_core.docs --write README.md`"
+    assert not stale, f"{page} is stale in {stale}: run `python -m bench_core.docs --write`"
+
+
+def test_every_generated_section_lives_in_one_of_the_pages():
+    names = [n for page in (README, REFERENCE) for n in docs.section_names(page.read_text())]
+    assert sorted(names) == sorted(docs.SECTIONS), "a section is missing from the docs or shown twice"
+
+
+def test_readme_names_every_bench_command_and_links_the_reference():
+    text = README.read_text()
+    for name in COMMANDS:
+        assert f"`bench {name}`" in text, f"bench {name} is not in the README"
+    assert "docs/reference.md" in text
+    for anchor in re.findall(r"\]\(docs/reference\.md#([\w-]+)\)", text):
+        headings = [re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-")
+                    for h in re.findall(r"^#+ (.+)$", REFERENCE.read_text(), flags=re.M)]
+        assert anchor in headings, f"README links docs/reference.md#{anchor}, which has no such heading"
+
+
+def test_readme_first_screen_shows_the_two_commands_the_picture_time_and_size():
+    first_screen = "\n".join(README.read_text().splitlines()[:40])
+    for wanted in ("make report", "make test", "docs/report.png", "minutes", "GB"):
+        assert wanted in first_screen, f"the README's first screen lacks {wanted!r}"
 
 
 def test_every_config_field_is_in_the_params_reference():
@@ -128,7 +153,7 @@ def test_check_finds_stale_sections_and_write_fixes_them(tmp_path, capsys):
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, content, argv_extra, field, mode):
     page = tmp_path / "README.md"
     page.write_text(content)
-    assert docs.main([mode, str(page), *argv_extra]) == docs.EXIT_BAD_INPUT
+    assert docs.main([*argv_extra, mode, str(page)]) == docs.EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"error: {field}:" in err, err
     assert page.read_text() == content
@@ -136,7 +161,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, content, arg
 
 def test_unknown_section_to_print_and_missing_file(tmp_path, capsys):
     assert docs.main(["flops"]) == docs.EXIT_BAD_INPUT
-    assert "allowed: layout, params, schema, models, precisions" in capsys.readouterr().err
+    assert "allowed: commands, layout, params, schema, models, precisions" in capsys.readouterr().err
     assert docs.main(["--check", str(tmp_path / "absent.md")]) == docs.EXIT_BAD_INPUT
     assert "cannot read" in capsys.readouterr().err
     assert not (tmp_path / "absent.md").exists()
