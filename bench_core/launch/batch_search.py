@@ -44,6 +44,7 @@ class BatchProbe:
     probe_s: float                 # wall seconds of the probe, build included
     purpose: str = "search"        # search | health check (a size that ran before, re-run)
     dirty: bool = False            # an out-of-memory that did not come from torch's allocator
+    params_count: int | None = None  # the model's parameters, when the probe built it
 
 
 @dataclass
@@ -65,6 +66,11 @@ class BatchSearch:
     @property
     def ok(self) -> bool:
         return self.batch_size is not None and self.stopped in ("bracketed", "max")
+
+    @property
+    def params_count(self) -> int | None:
+        """The model's parameters, from the first probe that built it (None if none did)."""
+        return next((p.params_count for p in self.probes if p.params_count is not None), None)
 
     def summary(self) -> str:
         """One line, for a row's batch_search column and the sweep log: outcome and every probe."""
@@ -202,7 +208,7 @@ def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: 
     dirty = row["status"] == "oom" and row["device_type"] == "cpu" and is_foreign_cpu_oom(row["message"])
     return BatchProbe(batch_size=batch_size, status="oom" if dirty else row["status"], message=row["message"],
                       step_time_ms=row.get("step_time_ms_median"), probe_s=time.perf_counter() - start,
-                      purpose=purpose, dirty=dirty)
+                      purpose=purpose, dirty=dirty, params_count=row.get("params_count"))
 
 
 def probe_row(cfg: BenchConfig) -> dict:
@@ -213,7 +219,7 @@ def probe_row(cfg: BenchConfig) -> dict:
         import torch._dynamo
         torch._dynamo.reset()
     row = run_placed(cfg)[0]
-    return {k: row[k] for k in ("status", "message", "device_type", "step_time_ms_median")}
+    return {k: row.get(k) for k in ("status", "message", "device_type", "step_time_ms_median", "params_count")}
 
 
 def _probe_in_child(cfg: BenchConfig) -> dict:
@@ -297,11 +303,12 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolat
     search = find_max_batch(cfg, max_batch_size=max_batch_size, isolate=isolate, progress=say)
     say(search.summary())
     if not search.ok:
-        rows = [_failure(cfg, "oom" if search.stopped == "none-fit" else "error", search.summary())]
+        rows = [_failure(cfg, "oom" if search.stopped == "none-fit" else "error", search.summary(),
+                         search.params_count)]
     elif isolate:
         found = cfg.replace(batch_size=search.batch_size)
         rows, status, why = in_fresh_process("run", found, progress)
-        rows = rows or [_failure(found, status, why)]
+        rows = rows or [_failure(found, status, why, search.params_count)]
     else:
         rows = run_placed(cfg.replace(batch_size=search.batch_size), progress)
     for row in rows:
@@ -309,5 +316,7 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolat
     return search, rows
 
 
-def _failure(cfg: BenchConfig, status: str, message: str) -> dict:
-    return failure_row({**run_fields(cfg), **environment.collect(resolve_device(cfg.device))}, status, message)
+def _failure(cfg: BenchConfig, status: str, message: str, params_count: int | None) -> dict:
+    # The probes built the model (unless the first failed before): its size is known all the same.
+    return failure_row({**run_fields(cfg), **environment.collect(resolve_device(cfg.device)),
+                        "params_count": params_count}, status, message)

@@ -15,7 +15,8 @@ from bench_core.config.schema import BenchConfig
 # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
 #    tf32_flags, nccl_version
-SCHEMA_VERSION = 3
+# 4: params_count
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -44,6 +45,8 @@ _MEASURED = [
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
     ("input_shape", "shape of one sample, e.g. 3x224x224"),
+    ("params_count", "parameters of the model as built (sum of numel over model.parameters(), as timm's "
+                     "benchmark.py counts); empty when the model was never built"),
     ("timed_steps", "steps in the timed window"),
     ("timed_s", "wall seconds of the timed window (slowest rank)"),
     ("samples_per_s", "global batch x timed steps / timed seconds"),
@@ -121,6 +124,30 @@ _ENVIRONMENT = [
     ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set"),
     ("project_version", "notebook-bench version"), ("git_commit", "project commit"),
 ]
+
+
+# What identifies a workload: the same workload on two machines is comparable. A configuration
+# is a workload on one machine (machine_label): the report's tables and summary.csv group by both.
+WORKLOAD = ("model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last")
+
+
+def machine_label(row: dict) -> str:
+    """`<device> · <host>`: the machine a row ran on, as the report and machines.csv name it."""
+    names = ("device_name", "gpu_name", "cpu_model", "device_type")
+    device = next((str(row[k]) for k in names if _present(row.get(k))), "unknown device")
+    host = str(row["host"]) if _present(row.get("host")) else "unknown host"
+    return f"{device} · {host}"
+
+
+def _present(value) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return str(value).strip() != ""
+
+
+def environment_columns() -> list[str]:
+    """The environment block of the schema: host, OS, CPU, library versions, GPU, driver."""
+    return [name for name, _ in _ENVIRONMENT]
 
 
 def _config_columns() -> list[tuple[str, str]]:

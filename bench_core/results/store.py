@@ -3,6 +3,8 @@
 Layout of an output directory:
     DIR/runs/<name>/rows.json   the rows of one run (written atomically; the record)
     DIR/results.csv             every row of every run, rebuilt atomically from runs/*/rows.json
+    DIR/summary.csv             one line per configuration, DIR/machines.csv one per machine
+                                (config_summary.py), rewritten with results.csv
 Writers take a lock on DIR/.lock, so concurrent writers never interleave or lose rows.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from bench_core.files import atomic_write_text, locked
+from bench_core.results.config_summary import write_summaries
 from bench_core.results.rows import columns
 
 
@@ -52,7 +55,8 @@ def iter_rows(out_dir: Path) -> Iterable[dict]:
 
 
 def rebuild_csv(out_dir: Path) -> Path:
-    """results.csv from every runs/*/rows.json (call under `locked`)."""
+    """results.csv from every runs/*/rows.json, then summary.csv and machines.csv from the same
+    rows (call under `locked`)."""
     rows = sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
     names = columns()
     extra = sorted({k for row in rows for k in row} - set(names))  # columns of other schema versions
@@ -64,6 +68,7 @@ def rebuild_csv(out_dir: Path) -> Path:
         writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
     path = Path(out_dir) / "results.csv"
     atomic_write_text(path, buffer.getvalue())
+    write_summaries(out_dir, rows)
     return path
 
 

@@ -20,7 +20,7 @@ from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import ddp, profiling
 from bench_core.run.timing import StepStats, Window, time_one, timed_window
-from bench_core.workload.models import resolve_model
+from bench_core.workload.models import count_parameters, resolve_model
 from bench_core.workload.precision import (
     EmulatedPrecisionWarning,
     Precision,
@@ -141,6 +141,7 @@ class Session:
         self._apply_knobs()
         self.spec = spec = resolve_model(cfg.model)
         model = spec.build(cfg).to(device)
+        run["params_count"] = count_parameters(model)  # every later row of this run carries it
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
         if precision.cast_dtype:
             model = model.to(input_dtype)

@@ -50,6 +50,13 @@ class ModelSpec:
         return self.builder(cfg)
 
 
+def count_parameters(model) -> int:
+    """The model's parameters, counted once when it is built: every element of model.parameters()
+    (trainable or frozen; shared tensors once; buffers such as BatchNorm statistics are not
+    parameters), as timm's benchmark.py counts its param_count (timm.utils.count_params)."""
+    return sum(p.numel() for p in model.parameters())
+
+
 # -- builders ------------------------------------------------------------------------
 
 def _torchvision(name: str, **kwargs) -> Callable:
