@@ -1,21 +1,36 @@
 # Two commands do all the set-up: `make report` (the default sweep and its HTML report)
 # and `make test` (the test suite). Both create .venv and install the project on first use.
-PYTHON ?= python3
-VENV   ?= .venv
-BIN    := $(VENV)/bin
-OUT    ?= outputs/default
-SWEEP  ?= params/default.yaml
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+OUT      ?= outputs/default
+SWEEP    ?= params/default.yaml
+# Passed to every pip install, e.g. PyTorch's CPU-only wheels (no CUDA libraries to download):
+#   make install PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple"
+# It applies when .venv is made: run `make clean` first to change an existing one.
+PIP_ARGS ?=
+# Passed to `jupyter lab`, e.g. LAB_ARGS="--ip 0.0.0.0 --no-browser" on a remote machine or in a container.
+LAB_ARGS ?=
+# Jupyter refuses to start as root (containers, cloud machines) unless told it is on purpose.
+ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: install test report lab browser clean help
+.PHONY: install test report report-png lab browser clean help
 help:
 	@echo "make report  - run the default sweep (CPU if no GPU) and write $(OUT)/report.html"
+	@echo "               (SWEEP=params/<name>.yaml OUT=outputs/<name> for another sweep)"
 	@echo "make test    - run the test suite"
-	@echo "make lab     - start JupyterLab in the project environment"
+	@echo "make lab     - start JupyterLab on notebooks/ (LAB_ARGS=\"--ip 0.0.0.0 --no-browser\" for a remote"
+	@echo "               machine; --allow-root is added when run as root)"
+	@echo "make install - create $(VENV) and install the project (the three above do it on first use);"
+	@echo "               PIP_ARGS=\"...\" goes to every pip install, e.g. PyTorch's CPU-only index:"
+	@echo "               PIP_ARGS=\"--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple\""
+	@echo "make report-png - after make report: docs/report.png, the README's picture, from $(OUT)/report.html"
+	@echo "make clean   - remove $(VENV) and the outputs"
 
 $(BIN)/bench: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade --quiet pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --upgrade --quiet $(PIP_ARGS) pip
+	$(BIN)/pip install --quiet $(PIP_ARGS) -e '.[test]'
 	touch $(BIN)/bench
 
 install: $(BIN)/bench
@@ -32,9 +47,17 @@ test: install browser
 report: install
 	$(BIN)/bench sweep $(SWEEP) --out $(OUT)
 
-lab: install
-	$(BIN)/pip install --quiet -e '.[lab]'
-	$(BIN)/jupyter lab notebooks/
+# The README's picture: the first screen of the default report in headless Chromium (run `make report` first).
+report-png: install
+	$(BIN)/python -m bench_core.summary.screenshot $(OUT)/report.html docs/report.png
+
+# The lab extra once (again when pyproject.toml changes), not at every launch.
+$(BIN)/jupyter-lab: $(BIN)/bench
+	$(BIN)/pip install --quiet $(PIP_ARGS) -e '.[lab]'
+	touch $(BIN)/jupyter-lab
+
+lab: $(BIN)/jupyter-lab
+	$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) notebooks/
 
 clean:
 	rm -rf $(VENV) outputs/*/ *.egg-info

@@ -5,6 +5,7 @@ could not be written where they were meant to go.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -60,6 +61,22 @@ def check_writable(folder: Path | str, field: str = "out") -> Path:
     except OSError as exc:
         raise ConfigError(field, f"cannot write results to {folder}: {exc.strerror or exc}") from None
     return folder
+
+
+def shipped_notebook(name: str) -> Path:
+    """A notebook shipped with bench_core (benchmark.ipynb, summary.ipynb): the repository's notebooks/
+    folder, which pyproject.toml packages as bench_core.notebooks, so that an installed wheel has it as
+    bench_core/notebooks/ and an editable install maps it back to notebooks/. The import system
+    finds the package without running it: importing it would leave notebooks/__pycache__/ in the
+    folder users open in JupyterLab. A checkout used without installing it (PYTHONPATH, or an
+    install older than bench_core.notebooks) has the folder beside bench_core/."""
+    try:
+        spec = importlib.util.find_spec("bench_core.notebooks")
+    except ModuleNotFoundError:
+        spec = None
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    folder = Path(folders[0]) if folders else Path(__file__).resolve().parents[1] / "notebooks"
+    return folder / name
 
 
 def save_fallback(name: str, text: str) -> Path:

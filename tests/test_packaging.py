@@ -1,16 +1,27 @@
-"""environment.yml and the Dockerfile, checked the way a reviewer would read them.
+"""The wheel, environment.yml and the Dockerfile.
 
-No conda solver and no Docker engine run here: these tests read the files and check that
+The wheel is built for real (pip, no build isolation) and installed into a folder: it holds
+every file of bench_core/, the two notebooks and the data, setuptools says nothing to warn
+about, and the installed package finds its own notebooks with the checkout out of sight.
+No conda solver and no Docker engine run here: the other tests read the files and check that
 they agree with pyproject.toml and promise what the README says (pinned base image, `bench`
 entry point, non-root user, no secrets, outputs under /workdir/outputs).
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
-import tomllib
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
 from pathlib import Path
 
+import pytest
+import tomllib
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -313,3 +324,78 @@ def test_copied_sources_exist_and_are_not_dockerignored():
     copied = " ".join(only("COPY"))
     for needed in ("pyproject.toml", "README.md", "bench_core", "notebooks", "params"):
         assert needed in copied, f"the image needs {needed} (README.md: pyproject's readme)"
+
+
+# -- the wheel --------------------------------------------------------------------------------
+
+# Not copied into the build folder: local state, none of it part of a source distribution.
+NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__",
+                                     "*.pyc", ".pytest_cache", ".hypothesis", ".ruff_cache", ".ipynb_checkpoints")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> tuple[Path, str]:
+    """`pip wheel .` (no build isolation, no dependencies) and its verbose log. It builds in a copy
+    of the checkout: setuptools writes build/ and *.egg-info where it builds."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source, dist = tmp / "source", tmp / "dist"
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
+    # PYTHONDONTWRITEBYTECODE (set by some shells and CI images) makes setuptools warn that it
+    # skips byte-compiling: a fact about the environment, not the project.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "-w", str(dist), "--no-deps",
+                            "--no-build-isolation", "-v", "--disable-pip-version-check"],
+                           cwd=source, env=env, capture_output=True, text=True, timeout=300)
+    log = build.stdout + build.stderr
+    assert build.returncode == 0, log[-3000:]
+    wheels = list(dist.glob("notebook_bench-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0], log
+
+
+def test_wheel_holds_every_file_of_the_package_the_notebooks_and_the_data(wheel):
+    names = set(zipfile.ZipFile(wheel[0]).namelist())
+    package = ROOT / "bench_core"
+    sources = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    missing = sorted(str(p.relative_to(ROOT)) for p in sources if str(p.relative_to(ROOT)) not in names)
+    assert not missing, f"in bench_core/ but not in the wheel (pyproject.toml packages / package-data): {missing}"
+    for notebook in ("benchmark.ipynb", "summary.ipynb"):
+        assert f"bench_core/notebooks/{notebook}" in names
+    assert {"bench_core/data/gpu_peaks.csv", "bench_core/data/reference.csv"} <= names
+    assert not any(name.startswith(("notebooks/", "tests/", "params/")) for name in names), \
+        "only bench_core at the top of the wheel"
+
+
+def test_wheel_builds_without_setuptools_warnings(wheel):
+    warnings = [line.strip() for line in wheel[1].splitlines() if re.search(r"warn", line, re.I)]
+    assert not warnings, warnings
+
+
+def test_installed_wheel_finds_its_own_notebooks(wheel, tmp_path):
+    """Installed (not editable) into a folder, with the checkout nowhere on the path: `bench sweep`'s
+    template and `bench report`'s summary notebook are the files inside the installed package."""
+    target = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
+                              "--disable-pip-version-check", "--target", str(target), str(wheel[0])],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    probe = ("import json, os, sys\n"
+             "import bench_core\n"
+             "from bench_core.summary.report import SUMMARY_NOTEBOOK\n"
+             "from bench_core.sweep.execute import find_template\n"
+             "print(json.dumps({'package': bench_core.__file__, 'summary': str(SUMMARY_NOTEBOOK),\n"
+             "                  'template': str(find_template()), 'path': [os.path.abspath(p) for p in sys.path]}))\n")
+    # -S: no site-packages processing, so the editable install's .pth (which maps bench_core to the
+    # checkout) is not run; the project's dependencies come from site-packages, after the target.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
+    env.pop("BENCH_TEMPLATE", None)
+    done = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert not any(Path(p).resolve() == ROOT for p in found["path"])
+    assert Path(found["package"]).is_relative_to(target)
+    for key, name in (("summary", "summary.ipynb"), ("template", "benchmark.ipynb")):
+        path = Path(found[key])
+        assert path == target / "bench_core" / "notebooks" / name and path.is_file(), found
+

@@ -158,7 +158,7 @@ def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tm
 
 @pytest.mark.slow
 def test_a_sweep_that_fills_the_disk_says_what_is_safe_and_resumes(mount_tmpfs, tmp_path):
-    full = mount_tmpfs("full", "size=48k")  # the first execution's files fit, the second's do not
+    full = mount_tmpfs("full", "size=64k")  # the first execution's rows fit, not all both executions write
     sweep = tmp_path / "s.yaml"
     sweep.write_text("name: s\ngrid:\n  seed: [0, 1]\nsettings: {model: resnet18, width: 32, height: 32, "
                      "batch_size: 2, steps: 2, warmup_steps: 1, repeats: 1, min_seconds: 0, device: cpu}\n")

@@ -1,8 +1,12 @@
 """`bench sweep`: a tiny sweep runs end to end through papermill, re-runs skip what is complete,
 --force re-runs, and bad sweep files are refused before anything runs."""
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import nbformat
@@ -69,6 +73,87 @@ def test_tiny_sweep_runs_end_to_end(tiny_sweep):
     summary = done.stdout.strip().splitlines()[-1]
     assert "2 complete" in summary and "0 failed" in summary
     assert (out / "report.html").is_file() and f"report: {out / 'report.html'}" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_sweep_logs_plain_progress_lines_with_the_last_throughput(tiny_sweep):
+    """Not on a terminal (a CI log): a plain line when the execution starts and one when it ends."""
+    path, out, done = tiny_sweep
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "\r" not in done.stderr  # no redrawn bar
+    lines = [line for line in done.stderr.splitlines() if line.startswith("bench sweep: ")]
+    assert "bench sweep: running resnet18 fp32 on cpu; 0/2 configurations done; time left: estimating" in lines
+    assert any(re.fullmatch(r"bench sweep: finished resnet18 fp32 on cpu in \d+ (s|min); 2/2 configurations done; "
+                            r"last resnet18 fp32 (train|infer) bs 2: [\d.,]+ images/s", line) for line in lines), lines
+
+
+def bench_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str]:
+    """`bench` with its stderr on a pseudo-terminal 160 columns wide, as in a shell: its exit status
+    and what the terminal received."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    terminal, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(terminal, 65536)
+            except OSError:  # EIO: every writer has closed it
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "bench_core", *args], stdout=subprocess.DEVNULL, stderr=side,
+                              timeout=timeout, cwd=ROOT)
+    finally:
+        os.close(side)
+    reader.join(timeout=30)
+    os.close(terminal)
+    return done.returncode, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal is POSIX")
+def test_a_sweep_on_a_terminal_redraws_one_line_with_throughput_and_time_left(tmp_path):
+    """Two executions: after the first, the line names its throughput and estimates the time left."""
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"name": "two", "settings": {**TINY_SETTINGS, "mode": "infer"}, "grid": [
+        {"batch_size": 2}, {"batch_size": 4, "width": 48, "height": 48}]}))
+    assert len(load_sweep(path).executions) == 2
+    status, shown = bench_on_a_terminal("sweep", str(path), "--out", str(tmp_path / "out"), "--no-report")
+    assert status == 0, shown[-2000:]
+    assert re.search(r"\r(?!\n)", shown), "tqdm redraws its line with a carriage return"
+    assert "two: 0/2 configurations" in shown and "two: 2/2 configurations" in shown
+    assert "running resnet18 fp32 on cpu; time left: estimating" in shown
+    assert re.search(r"last resnet18 fp32 infer bs 2: [\d.,]+ images/s; about \d+ (s|min) left", shown), shown[-2000:]
+
+
+@pytest.mark.slow
+def test_the_template_run_from_notebooks_writes_to_outputs_lab_and_nothing_beside_it(tmp_path, monkeypatch):
+    """As in JupyterLab: the kernel's folder is notebooks/, the parameters are the defaults (but a
+    tiny workload) and the profiler is on. Rows and profile go to ../outputs/lab, where
+    summary.ipynb reads; the notebooks folder keeps only its notebooks."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    shutil.copy(find_template(), notebooks / "benchmark.ipynb")
+    workload = {key: value for key, value in TINY_SETTINGS.items() if key != "device"}
+    monkeypatch.delenv("BENCH_PROFILE_DIR", raising=False)
+    papermill.execute_notebook(str(notebooks / "benchmark.ipynb"), str(tmp_path / "executed.ipynb"),
+                               parameters={**workload, "mode": "infer", "profile": True}, cwd=str(notebooks),
+                               kernel_name="python3", progress_bar=False)
+    assert sorted(p.name for p in notebooks.iterdir()) == ["benchmark.ipynb"]
+    lab = tmp_path / "outputs" / "lab"
+    rows = run_rows(lab)
+    assert list(rows["status"]) == ["ok"]
+    assert (lab / "profiles" / rows["run_id"][0] / "trace.json").is_file()
 
 
 @pytest.mark.slow

@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from bench_core import results
 from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from bench_core.files import check_writable
 from bench_core.results.rows import error_message
 from bench_core.summary.report import build_report
-from bench_core.sweep.execute import TEMPLATE_ENV, find_template, run_sweep, sweep_lock
-from bench_core.sweep.plan import dry_run, load_sweep
+from bench_core.sweep.execute import (
+    TEMPLATE_ENV,
+    Progress,
+    find_template,
+    run_sweep,
+    sweep_lock,
+)
+from bench_core.sweep.plan import Execution, SweepPlan, dry_run, load_sweep
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,7 +64,8 @@ def main(args: argparse.Namespace) -> int:
     check_writable(out_dir)  # before anything runs: a sweep that cannot save its rows does not start
     with sweep_lock(out_dir):
         try:
-            status, closing = run_sweep(plan, out_dir, template, force=args.force, kernel=args.kernel)
+            status, closing = run_sweep(plan, out_dir, template, force=args.force, kernel=args.kernel,
+                                        progress=SweepProgress(plan))
         except OSError as exc:  # a full disk, a folder gone read-only: say what is safe
             saved = sum(1 for _ in results.iter_rows(out_dir))
             print(f"bench sweep: error: could not write to {out_dir}: {exc.strerror or exc}; {saved} rows "
@@ -69,6 +77,76 @@ def main(args: argparse.Namespace) -> int:
             status = max(status, report_step(out_dir))
     print(closing)
     return status
+
+
+class SweepProgress(Progress):
+    """Configurations done, the last finished configuration's median throughput and the time left,
+    estimated from the executions that ran (a skipped one takes no time): one line that tqdm
+    redraws on a terminal, a plain line per execution started and finished otherwise (a CI log)."""
+
+    def __init__(self, plan: SweepPlan, stream: TextIO | None = None) -> None:
+        self.name, self.stream = plan.name, stream or sys.stderr
+        self.total, self.done = len(plan.configs), 0
+        self.ran, self.ran_s = 0, 0.0  # configurations of the executions that ran, and their seconds
+        self.last = ""
+        self.terminal = self.stream.isatty()
+        self.bar = None  # drawn at the first execution, below what the sweep printed before it
+
+    def skipped(self, execution: Execution) -> None:
+        self._advance(len(execution.configs))
+
+    def start(self, execution: Execution) -> None:
+        self._show(f"running {execution.label}", with_last=False)
+
+    def finished(self, execution: Execution, seconds: float, last: str) -> None:
+        self.ran, self.ran_s, self.last = self.ran + len(execution.configs), self.ran_s + seconds, last or self.last
+        self._advance(len(execution.configs), f"finished {execution.label} in {_duration(seconds)}")
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def _advance(self, configurations: int, event: str = "") -> None:
+        self.done += configurations
+        if event:
+            self._show(event, redraw=False)
+        if self.terminal:
+            self._bar().update(configurations)  # redraws, with the text _show left
+
+    def _show(self, event: str, with_last: bool = True, redraw: bool = True) -> None:
+        """On a terminal, the tail of the bar; in a log, one line (the one that starts an execution
+        leaves out the last throughput: the line before it gave it)."""
+        left = self.total - self.done
+        if not self.ran:
+            estimate = "time left: estimating"
+        else:
+            estimate = f"about {_duration(left * self.ran_s / self.ran)} left" if left else ""
+        last = f"last {self.last}" if self.last else ""
+        if self.terminal:  # the count is on the bar
+            self._bar().set_postfix_str("; ".join(p for p in (event, last, estimate) if p), refresh=redraw)
+        else:
+            done = f"{self.done}/{self.total} configurations done"
+            self.write("bench sweep: " + "; ".join(p for p in (event, done, last if with_last else "", estimate) if p))
+
+    def _bar(self):
+        if self.bar is None:
+            from tqdm import tqdm  # (only a sweep on a terminal draws a bar)
+            self.bar = tqdm(total=self.total, initial=self.done, desc=self.name, file=self.stream, dynamic_ncols=True,
+                            bar_format="{desc}: {n_fmt}/{total_fmt} configurations |{bar}| {elapsed}{postfix}",
+                            delay=0.5)  # drawn once it has something to say (set_postfix_str draws it)
+        return self.bar
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 90 * 60 else f"{seconds / 3600:.1f} h"
 
 
 def report_step(out_dir: Path) -> int:

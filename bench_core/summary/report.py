@@ -10,9 +10,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench_core.files import atomic_write_text
+from bench_core.files import atomic_write_text, shipped_notebook
 
-SUMMARY_NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "summary.ipynb"
+SUMMARY_NOTEBOOK = shipped_notebook("summary.ipynb")
 HIDDEN_TAGS = {"parameters", "injected-parameters"}  # the report reader has no use for them
 CELL_TIMEOUT_S = 600
 

@@ -34,7 +34,6 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
-import bench_core
 from bench_core import results
 from bench_core.devices import resolve_device
 from bench_core.errors import (
@@ -46,6 +45,7 @@ from bench_core.errors import (
     interrupted_exit,
     interrupts_held,
 )
+from bench_core.files import shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
 from bench_core.results.rows import error_message, first_line
@@ -64,8 +64,8 @@ RUNNING_MARK = ".running"  # in a run directory while its execution runs; left b
 
 
 def find_template(override: str | None = None) -> Path:
-    """The template: --template, else $BENCH_TEMPLATE, else notebooks/benchmark.ipynb of the project
-    (beside the bench_core package in a checkout or editable install), else of the current directory."""
+    """The template: --template, else $BENCH_TEMPLATE, else the project's notebooks/benchmark.ipynb
+    (shipped in the package: files.shipped_notebook)."""
     given = override or os.environ.get(TEMPLATE_ENV)
     if given:
         path = Path(given).expanduser()
@@ -73,13 +73,11 @@ def find_template(override: str | None = None) -> Path:
             source = "--template" if override else f"${TEMPLATE_ENV}"
             raise ConfigError("template", f"notebook not found: {path} (from {source})")
         return path.resolve()
-    candidates = [Path(bench_core.__file__).resolve().parents[1] / "notebooks" / "benchmark.ipynb",
-                  Path.cwd() / "notebooks" / "benchmark.ipynb"]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise ConfigError("template", f"notebooks/benchmark.ipynb not found (looked in {candidates[0].parent} and "
-                                  f"{candidates[1].parent}); pass --template or set ${TEMPLATE_ENV}")
+    path = shipped_notebook("benchmark.ipynb")
+    if not path.is_file():
+        raise ConfigError("template", f"benchmark.ipynb not found in {path.parent} (an incomplete install? "
+                                      f"reinstall notebook-bench); pass --template or set ${TEMPLATE_ENV}")
+    return path.resolve()
 
 
 @contextlib.contextmanager
@@ -121,13 +119,29 @@ class Tally:
                 f"{unsupported}, {failed} failed{detail}{not_run}")
 
 
+class Progress:
+    """What run_sweep reports as it goes; the command draws it (cli/sweep.py), this one is silent."""
+
+    def skipped(self, execution: Execution) -> None:
+        """An execution whose configurations are all complete already."""
+
+    def start(self, execution: Execution) -> None:
+        """An execution starts."""
+
+    def finished(self, execution: Execution, seconds: float, last: str) -> None:
+        """An execution ended after `seconds`; `last`: its last configuration's throughput (last_throughput)."""
+
+    def write(self, text: str) -> None:
+        print(text, file=sys.stderr)
+
+    def close(self) -> None:
+        """The sweep ended (or was interrupted)."""
+
+
 def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = False,
-              kernel: str = "python3") -> tuple[int, str]:
-    """Run (or resume) every execution of the plan into out_dir; return the exit status and the
-    closing line (the tally), which the command prints last, after the report."""
-    from tqdm import tqdm
-
-
+              kernel: str = "python3", progress: Progress | None = None) -> tuple[int, str]:
+    """Run (or resume) every execution of the plan into out_dir, telling `progress` as it goes; return
+    the exit status and the closing line (the tally), which the command prints last, after the report."""
     results.atomic_write_text(out_dir / "sweep.yaml", sweep_header(plan) + plan.text)
     env = environment.collect(resolve_device(plan.configs[0].device))
     results.atomic_write_text(out_dir / "environment.json", json.dumps(env, indent=1, default=str))
@@ -138,23 +152,24 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
 
     tally = Tally()
     started = time.perf_counter()
-    bar = tqdm(total=len(plan.configs), unit="config", desc=plan.name, file=sys.stderr, dynamic_ncols=True)
+    progress = progress or Progress()
     index, running = 0, False
     try:  # (SIGTERM arrives as errors.Terminated, a KeyboardInterrupt: `bench` sets that up)
         for index, execution in enumerate(plan.executions):
             statuses = _statuses(out_dir, execution)
             if not force and _is_complete(execution, statuses):
                 tally.skipped += len(execution.configs)
-                bar.update(len(execution.configs))
+                progress.skipped(execution)
                 continue
             note = _redo_note(out_dir, execution, statuses)
             if note and not force:
-                bar.write(note, file=sys.stderr)
-            bar.set_postfix_str(execution.label)
+                progress.write(note)
+            progress.start(execution)
             _drop_unfinished_rows(out_dir, execution)
             running = True
             mark = out_dir / "runs" / execution.run_name / RUNNING_MARK
             results.atomic_write_text(mark, str(os.getpid()))
+            execution_started = time.perf_counter()
             try:
                 outcome = execute(execution, out_dir, template, plan.timeout_s, force, kernel)
                 _record_outcome(out_dir, execution, outcome, env)
@@ -162,9 +177,9 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
                 mark.unlink(missing_ok=True)
             running = False
             _count(tally, _statuses(out_dir, execution), already=set() if force else _done(statuses))
-            bar.update(len(execution.configs))
+            progress.finished(execution, time.perf_counter() - execution_started, last_throughput(out_dir, execution))
     except KeyboardInterrupt as exc:
-        bar.close()
+        progress.close()
         with interrupts_held():
             if running:
                 _record_outcome(out_dir, plan.executions[index], Outcome("interrupted", INTERRUPTED), env)
@@ -173,13 +188,29 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
         return interrupted_exit(exc), (f"bench sweep: interrupted ({interrupted_by(exc)}); "
                                        f"{tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}")
     finally:
-        bar.close()
+        progress.close()
     with results.locked(out_dir):
         results.rebuild_csv(out_dir)
 
     status = EXIT_FAILED if tally.failed else EXIT_OK
     minutes = (time.perf_counter() - started) / 60
     return status, f"bench sweep: {tally.line(len(plan.configs))} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}"
+
+
+def last_throughput(out_dir: Path, execution: Execution) -> str:
+    """'resnet18 fp32 infer bs 8: 1,234 images/s', the median of the ok repeats of the execution's last
+    configuration that has rows (or its status, when none is ok)."""
+    grouped = rows_by_config(results.read_run(out_dir / "runs" / execution.run_name) or [])
+    found = [grouped[c.config_hash()] for c in execution.configs if grouped.get(c.config_hash())]
+    if not found:
+        return ""
+    line = results.summary_lines(found[-1])[0]
+    name = f"{line['model']} {line['precision']} {line['mode']} bs {line['batch_size']}"
+    median = line.get("samples_per_s_median")
+    if median is None:
+        return f"{name}: {line['status']}"
+    unit = line.get("throughput_unit") or "samples/s"
+    return f"{name}: {median:,.0f} {unit}" if median >= 100 else f"{name}: {median:.3g} {unit}"
 
 
 def _redo_note(out_dir: Path, execution: Execution, statuses: dict[str, str]) -> str | None:

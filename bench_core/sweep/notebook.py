@@ -5,14 +5,16 @@ A notebook cell holds narrative and one call; every loop lives here, tested.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import math
+import os
 import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from bench_core import results
 from bench_core.config.schema import BenchConfig, check_known_keys
@@ -171,7 +173,7 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
     if kept:
         say(f"{len(kept)} configuration(s) already complete in {plan.run_dir}: kept, not re-run")
     for cfg in pending:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, profiles_under(plan.out_dir):
             warnings.simplefilter("always")
             new_rows = run_benchmark(cfg, progress=say)
         # Warnings would print to stderr (a red box in the HTML); show them once, as text.
@@ -181,6 +183,21 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
         results.write_run(plan.out_dir, plan.run_name, rows)
     wanted = {cfg.config_hash() for cfg in plan.configs}
     return [r for r in rows if str(r.get("config_hash")) in wanted]
+
+
+@contextlib.contextmanager
+def profiles_under(out_dir: Path) -> Iterator[None]:
+    """Profiles (profile=True) go to out_dir/profiles/, like `bench run --out`'s, rather than to
+    run.profiling's ./outputs/profiles/ of the kernel's folder (notebooks/ in JupyterLab); a
+    $BENCH_PROFILE_DIR set by the user stands. The variable reaches torchrun workers too."""
+    if os.environ.get("BENCH_PROFILE_DIR"):
+        yield
+        return
+    os.environ["BENCH_PROFILE_DIR"] = str(out_dir / "profiles")
+    try:
+        yield
+    finally:
+        os.environ.pop("BENCH_PROFILE_DIR", None)
 
 
 def failure_rows(configs: list[BenchConfig], status: str, message: str, extra: dict | None = None) -> list[dict]:
