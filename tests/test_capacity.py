@@ -2,25 +2,24 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import math
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
 from bench_core import BenchConfig, run_benchmark
-from bench_core.scenarios.compare import RatioEstimate, parse_overrides
-from bench_core.launch.batch_search import find_max_batch, run_at_max_batch
 from bench_core.cli import main as bench
 from bench_core.config import ConfigError
+from bench_core.launch.batch_search import find_max_batch, run_at_max_batch
+from bench_core.results.comparison import compare_paired
+from bench_core.scenarios.compare import parse_overrides
 from bench_core.workload.models import ModelSpec, register_model
-
-
 
 # -- tiny models (registered for these tests) ----------------------------------------
 
@@ -216,14 +215,14 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(argv, tmp_path, capsys
 
 # -- compare ---------------------------------------------------------------------------
 
-def test_compare_of_identical_variants_is_the_same_within_noise(tmp_path, capsys):
+def test_compare_of_identical_variants_shows_no_clear_difference(tmp_path, capsys):
     out_dir = tmp_path / "ab"
     code = bench(["compare", "--model", "test_tiny_cnn", "--batch-size", "2", "--steps", "10", "--warmup-steps", "2",
                   "--min-seconds", "0", "--device", "cpu", "--rounds", "6", "--tolerance", "0.10",
                   "--out", str(out_dir), "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["verdict"] == "same within noise", result
+    assert result["verdict"] == "no clear difference", result
     assert result["order"] == ["AB", "BA"] * 3
     assert len(result["samples_per_s_a"]) == len(result["samples_per_s_b"]) == 6
     assert result["ci_low"] <= result["ratio"] <= result["ci_high"]
@@ -235,12 +234,13 @@ def test_compare_of_identical_variants_is_the_same_within_noise(tmp_path, capsys
 
 def test_ratio_verdicts():
     same = [100.0] * 6
-    assert RatioEstimate.from_pairs(same, [130, 131, 129, 130, 132, 128]).verdict(0.02)[0] == "faster"
-    assert RatioEstimate.from_pairs(same, [70, 71, 69, 70, 72, 68]).verdict(0.02)[0] == "slower"
-    assert RatioEstimate.from_pairs(same, [90, 112, 95, 108, 101, 99]).verdict(0.02)[0] == "same within noise"
-    # Significant but smaller than the tolerance: still the same for practical purposes.
-    estimate = RatioEstimate.from_pairs(same, [101.0, 101.1, 100.9, 101.0, 101.05, 100.95])
-    assert estimate.ci_low > 1.0 and estimate.verdict(0.02)[0] == "same within noise"
+    assert compare_paired(same, [130, 131, 129, 130, 132, 128]).verdict == "faster"
+    assert compare_paired(same, [70, 71, 69, 70, 72, 68]).verdict == "slower"
+    assert compare_paired(same, [90, 112, 95, 108, 101, 99]).verdict == "no clear difference"
+    # Significant but smaller than the minimum effect: no clear difference for practical purposes.
+    estimate = compare_paired(same, [101.0, 101.1, 100.9, 101.0, 101.05, 100.95], min_effect=0.02)
+    assert estimate.low > 1.0 and estimate.verdict == "no clear difference"
+    assert "under the minimum effect 2%" in estimate.reason
 
 
 def test_overrides_name_config_fields():

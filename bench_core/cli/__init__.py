@@ -33,6 +33,7 @@ COMMANDS = {
     "peak": ("bench_core.cli.info", "measure this CPU's peak FLOP/s per precision (for MFU), cached per machine"),
     "find-batch": ("bench_core.cli.find_batch", "find the largest per-device batch size that fits"),
     "compare": ("bench_core.cli.compare", "run two variants interleaved (A B A B) and give a verdict"),
+    "diff": ("bench_core.cli.diff", "compare two result directories configuration by configuration; exit 1 on a regression"),
     "selftest": ("bench_core.cli.selftest", "check this machine's GPU (or CPU) paths with tiny runs: a pass/fail checklist"),
 }
 

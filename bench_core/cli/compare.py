@@ -16,17 +16,20 @@ from bench_core.cli.common import (
     refuse_flags,
     write_json,
 )
+from bench_core.cli.diff import fraction
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.files import check_writable
+from bench_core.results.comparison import MIN_EFFECT
 from bench_core.scenarios.compare import compare, parse_overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
-Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval, and a verdict:
-faster / slower (the CI excludes 1 and the change exceeds --tolerance) or same within noise.
+Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval on their logs,
+and a verdict: faster / slower (the CI excludes 1 and the change is at least --min-effect) or no
+clear difference (the same verdicts as bench diff).
 --repeats does not apply (use --rounds); --steps / --min-seconds size each window.
 examples:
   bench compare --model resnet18 --width 64 --height 64 --batch-size 16 --device cpu --a compile=off --b compile=default
@@ -38,8 +41,9 @@ exit status: 0 verdict given, 1 a variant failed (rows written with --out), 2 ba
     p.add_argument("--b", dest="b", nargs="+", action="extend", metavar="KEY=VALUE",
                    help="overrides for variant B (e.g. compile=default or channels_last=true)")
     p.add_argument("--rounds", type=int, default=8, metavar="N", help="rounds of A and B (default 8, at least 2)")
-    p.add_argument("--tolerance", type=float, default=0.02, metavar="FRACTION",
-                   help="changes smaller than this are 'same within noise' (default 0.02)")
+    p.add_argument("--min-effect", "--tolerance", dest="tolerance", type=fraction, default=MIN_EFFECT,
+                   metavar="FRACTION", help=f"smaller changes are 'no clear difference'; 2% or 0.02 "
+                                            f"(default {MIN_EFFECT:.0%})".replace("%", "%%"))
     p.add_argument("--out", metavar="DIR", help="rows to DIR/runs/<run_id>/ (both variants) and the "
                                                 "comparison to DIR/compare/<id>.json")
     add_output_arguments(p)

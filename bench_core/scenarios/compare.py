@@ -3,62 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from dataclasses import dataclass, field
 
 from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
 from bench_core.errors import ConfigError
+from bench_core.results.comparison import CONFIDENCE, compare_paired
 from bench_core.run.runner import Progress, Session
-
-# Two-sided 97.5% quantiles of Student's t by degrees of freedom (no scipy here); above 30
-# the next lower tabulated df is used, which errs on the wide side.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
-         18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060,
-         26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
-
-
-CONFIDENCE = 0.95
-
 
 # Keys that make no sense per variant in one interleaved process.
 _NOT_PER_VARIANT = ("repeats", "nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "profile")
-
-
-def t_quantile_975(df: int) -> float:
-    usable = [d for d in _T975 if d <= df]
-    return _T975[max(usable)] if usable else math.inf
-
-
-@dataclass
-class RatioEstimate:
-    """Geometric mean of per-round B/A throughput ratios with a t-interval on their logs."""
-    ratio: float
-    ci_low: float
-    ci_high: float
-    rounds: int
-
-    @classmethod
-    def from_pairs(cls, a: list[float], b: list[float]) -> "RatioEstimate":
-        logs = [math.log(y / x) for x, y in zip(a, b)]
-        mean = statistics.fmean(logs)
-        half = t_quantile_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
-        return cls(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))
-
-    def verdict(self, tolerance: float) -> tuple[str, str]:
-        """faster / slower only when the CI excludes 1 AND the ratio is beyond the tolerance."""
-        ci = f"{CONFIDENCE:.0%} CI {self.ci_low:.3f} to {self.ci_high:.3f}"
-        if self.ci_low > 1.0 and self.ratio >= 1.0 + tolerance:
-            return "faster", f"B is {self.ratio - 1:.1%} faster ({ci})"
-        if self.ci_high < 1.0 and self.ratio <= 1.0 - tolerance:
-            return "slower", f"B is {1 - self.ratio:.1%} slower ({ci})"
-        if self.ci_low <= 1.0 <= self.ci_high:
-            why = f"the {ci} includes 1"
-        else:
-            why = f"the difference {abs(self.ratio - 1):.1%} is within the tolerance {tolerance:.0%} ({ci})"
-        return "same within noise", why
 
 
 @dataclass
@@ -76,7 +30,7 @@ class Comparison:
     ratio: float | None = None          # B / A throughput (geometric mean over rounds)
     ci_low: float | None = None
     ci_high: float | None = None
-    verdict: str | None = None          # faster | slower | same within noise | None (a variant failed)
+    verdict: str | None = None          # results.comparison's verdicts | None (a variant failed)
     reason: str = ""
     rows_a: list[dict] = field(default_factory=list, repr=False)
     rows_b: list[dict] = field(default_factory=list, repr=False)
@@ -117,9 +71,11 @@ class Comparison:
         if self.noisy_rounds:
             lines.append(f"{len(self.noisy_rounds)} of {len(self.order)} rounds carry noise flags (other processes "
                          "on the device, high step-time CV): see the rows' noise_flags")
-        if self.verdict:
+        if self.verdict and self.ci_low is not None:
             lines.append(f"B/A throughput = {self.ratio:.3f} ({CONFIDENCE:.0%} CI {self.ci_low:.3f} to "
                          f"{self.ci_high:.3f}, {self.rounds} rounds): {self.verdict.upper()} - {self.reason}")
+        elif self.verdict:
+            lines.append(f"B/A throughput: {self.verdict.upper()} - {self.reason}")
         else:
             lines.append(f"no verdict: {self.reason}")
         return "\n".join(lines)
@@ -179,9 +135,9 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
         for session in sessions.values():
             session.close()
         torch.set_num_threads(default_threads)
-    estimate = RatioEstimate.from_pairs(result.samples_per_s_a, result.samples_per_s_b)
-    result.ratio, result.ci_low, result.ci_high = estimate.ratio, estimate.ci_low, estimate.ci_high
-    result.verdict, result.reason = estimate.verdict(tolerance)
+    estimate = compare_paired(result.samples_per_s_a, result.samples_per_s_b, min_effect=tolerance)
+    result.ratio, result.ci_low, result.ci_high = estimate.ratio, estimate.low, estimate.high
+    result.verdict, result.reason = estimate.verdict, estimate.reason
     return result
 
 

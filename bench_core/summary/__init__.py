@@ -1,6 +1,6 @@
 """The analysis behind notebooks/summary.ipynb: load result directories (load), tables (tables),
 published figures (reference), how things are shown (html, text) and the report's sections
-(speed, detail). `bench report` renders it (report).
+(speed, detail). `bench report` renders it (report); `bench diff` compares two directories (diff).
 
 Notebook cells only call the `show_*` functions. Every string from the data reaches the HTML
 through `html.escape` or `DataFrame.to_html(escape=True)`; charts are PNG, so no text from the
@@ -17,6 +17,10 @@ from bench_core.summary.detail import (  # noqa: F401 - re-exported
     show_references,
     show_scaling,
     show_step_times,
+)
+from bench_core.summary.diff import (  # noqa: F401 - re-exported
+    ResultsDiff,
+    diff_results,
 )
 from bench_core.summary.html import (  # noqa: F401 - re-exported
     DISPLAY_DPI,

@@ -1,0 +1,81 @@
+"""`bench diff OLD NEW`: two result directories compared configuration by configuration; exit 1 on a regression.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
+from bench_core.files import atomic_write_text, check_writable
+from bench_core.results.comparison import MIN_EFFECT
+from bench_core.summary.diff import FAIL_ABOVE, diff_results
+
+
+def fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05; a fraction in [0, 1) (an argparse type: a bad value is one line, exit 2)."""
+    value = str(text).strip()
+    try:
+        number = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0.0 <= number < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05 or a percentage such as 5%, "
+                                         f"at least 0 and below 1 (100%), got {text!r}")
+    return number
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """Compares OLD and NEW configuration by configuration (same model, mode, precision, batch size,
+input, processes, compile and channels_last on the same kind of device): median samples/s of each,
+new/old as a ratio of geometric means with a 95% t-interval (Welch, on log throughput), and a
+verdict: faster / slower (the interval excludes 1 and the change is at least --min-effect) or no
+clear difference; too few repeats (under 2) gives no interval. Configurations in only one
+directory are listed as added / removed, failed ones with their status. Above the table: the
+environment fields that differ (torch, CUDA, driver, git commit, host, CPU/GPU, threads ...).
+Reads DIR/results.csv and writes nothing unless asked (--html).
+examples:
+  bench diff outputs/main outputs/my-branch
+  bench diff outputs/before outputs/after --fail-above 10% --html diff.html
+exit status: 0 no regression; 1 a regression: slower by more than --fail-above with the whole
+interval below 1, or ran in OLD and fails in NEW; 2 bad input, or no configuration in both
+(a CI gate must not pass on nothing compared)."""
+    p.add_argument("old_dir", metavar="OLD", help="the baseline result directory (holds results.csv)")
+    p.add_argument("new_dir", metavar="NEW", help="the result directory to check against it")
+    p.add_argument("--fail-above", type=fraction, default=FAIL_ABOVE, metavar="FRACTION",
+                   help=f"exit 1 when a configuration is slower by more than this, with confidence; "
+                        f"5% or 0.05 (default {FAIL_ABOVE:.0%})".replace("%", "%%"))
+    p.add_argument("--min-effect", type=fraction, default=MIN_EFFECT, metavar="FRACTION",
+                   help=f"smaller changes are 'no clear difference' (default {MIN_EFFECT:.0%})".replace("%", "%%"))
+    p.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained HTML page")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (for scripts)")
+
+
+def main(args: argparse.Namespace) -> int:
+    html_path = Path(args.html) if args.html else None
+    if html_path is not None:
+        if html_path.suffix.lower() not in (".html", ".htm"):
+            raise ConfigError("html", f"must be an .html file, got {str(html_path)!r}")
+        check_writable(html_path.parent, "html")
+    result = diff_results(args.old_dir, args.new_dir, fail_above=args.fail_above, min_effect=args.min_effect)
+    if result.compared == 0:
+        raise ConfigError("result_dirs", f"no configuration is in both {args.old_dir} ({count(result, 'old only')}) "
+                                         f"and {args.new_dir} ({count(result, 'new only')}): nothing to compare")
+    for line in result.notes:
+        print(f"bench diff: note: {line}", file=sys.stderr)
+    unsure = int(result.table["verdict"].isin(["too few repeats", "no data"]).sum())
+    if unsure:  # a gate over single repeats would pass whatever happened: say so
+        print(f"bench diff: warning: {unsure} configuration(s) in both have fewer than 2 usable repeats on a side, "
+              "so no interval and no regression verdict (measure with --repeats 3 or more)", file=sys.stderr)
+    if html_path is not None:
+        atomic_write_text(html_path, result.html())
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result.text())
+    if html_path is not None and not args.json:
+        print(f"HTML written to {html_path}", file=sys.stderr)
+    return EXIT_FAILED if len(result.regressions) else EXIT_OK
+
+
+def count(result, side: str) -> str:
+    n = int(result.table["side"].eq(side).sum())
+    return f"{n} configuration{'' if n == 1 else 's'}"

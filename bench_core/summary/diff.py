@@ -1,0 +1,307 @@
+"""Two result directories compared configuration by configuration (`bench diff OLD NEW`): each
+configuration's old and new throughput, their ratio with its interval and verdict, what was
+added, removed or fails now, and what changed in the environment between the two.
+
+A configuration is the workload as asked for (model, mode, precision, batch size, width, height,
+depth, processes, compile, channels_last) on a kind of device (cpu, cuda, mps). The machine is
+part of it only where a directory holds several device models of one kind; otherwise OLD and NEW
+may come from different hosts (a CI runner), and the host shows as an environment change.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from bench_core.errors import ConfigError
+from bench_core.results.comparison import (
+    CONFIDENCE,
+    METHOD_TEXT,
+    MIN_EFFECT,
+    compare_samples,
+)
+from bench_core.summary.html import esc, table_html
+from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
+from bench_core.summary.text import int_text, is_present, num_text
+
+NAN = float("nan")
+FAIL_ABOVE = 0.05  # a configuration slower by more than 5 %, with confidence, is a regression
+
+KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "depth_key", "world_size_key",
+       "compile", "channels_last", "device_kind"]
+
+# Environment columns whose change can explain a change of speed; only those that differ are shown.
+ENVIRONMENT_CHANGES = [
+    "torch_version", "torchvision_version", "timm_version", "smp_version", "cuda_version", "cudnn_version",
+    "nccl_version", "driver_version", "project_version", "git_commit", "python_version", "os", "host",
+    "cpu_model", "cpu_count", "cpu_isa_dispatch", "device_name", "gpu_name", "gpu_count", "threads",
+    "torch_threads", "tf32_enabled", "cudnn_benchmark_enabled",
+]
+
+# Columns shown (text and HTML): column -> header.
+SHOWN = {"configuration": "configuration", "old_samples_per_s": "old samples/s", "new_samples_per_s": "new samples/s",
+         "change": f"new/old [{CONFIDENCE:.0%} CI]", "verdict": "verdict", "flag": "flag", "note": "note"}
+
+
+@dataclass
+class ResultsDiff:
+    """The comparison of OLD and NEW: one row per configuration, and the environment changes."""
+
+    table: pd.DataFrame         # one row per configuration (see diff_results)
+    environment: pd.DataFrame   # field, old, new: only the fields that differ
+    old_dir: Path
+    new_dir: Path
+    fail_above: float = FAIL_ABOVE
+    min_effect: float = MIN_EFFECT
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        return self.table[self.table["regression"]]
+
+    @property
+    def compared(self) -> int:
+        """Configurations present in both directories."""
+        return int(self.table["side"].eq("both").sum())
+
+    def method_line(self) -> str:
+        return (f"new/old = ratio of geometric-mean samples/s with a {CONFIDENCE:.0%} Welch t-interval on log "
+                f"throughput; faster or slower when the interval excludes 1 and the change is at least "
+                f"{self.min_effect:.0%}; a regression is slower by more than {self.fail_above:.0%} with the whole "
+                "interval below 1, or a configuration that ran in OLD and fails in NEW.")
+
+    def summary_line(self) -> str:
+        counts = self.table["verdict"].value_counts()
+        parts = [f"{n} {verdict}" for verdict, n in counts.items()]
+        line = f"{len(self.table)} configuration(s), {self.compared} in both: " + ", ".join(parts) + "."
+        found = len(self.regressions)
+        return line + (f" {found} regression(s) (exit 1)." if found else " No regression.")
+
+    def text(self) -> str:
+        lines = [f"bench diff: old {self.old_dir} -> new {self.new_dir}"]
+        if len(self.environment):
+            lines.append("environment changes:")
+            width = max(len(f) for f in self.environment["field"])
+            lines += [f"  {r.field:{width}s}  {r.old} -> {r.new}" for r in self.environment.itertuples()]
+        else:
+            lines.append("environment: no recorded field differs (versions, driver, commit, host, devices, threads)")
+        lines += [aligned(self.display()), self.summary_line(), "method: " + self.method_line()]
+        return "\n".join(lines)
+
+    def display(self, why: bool = False) -> pd.DataFrame:
+        shown = {**SHOWN, "reason": "why"} if why else SHOWN
+        return self.table[list(shown)].rename(columns=shown)
+
+    def html(self, title: str = "") -> str:
+        """A self-contained page (no script, no network resource); every cell escaped."""
+        old_name, new_name = (d.resolve().name or str(d) for d in (self.old_dir, self.new_dir))
+        title = title or f"bench diff: {old_name} -> {new_name}"
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        env = (table_html(self.environment, {"field": "field", "old": "old", "new": "new"}) if len(self.environment)
+               else "<p>No recorded field differs (versions, driver, commit, host, devices, threads).</p>")
+        regressed = "".join(f"<li>{esc(r.configuration)}: {esc(r.verdict)}, {esc(r.reason)}</li>"
+                            for r in self.regressions.itertuples())
+        return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:80em}} table{{border-collapse:collapse}}
+td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</style></head><body>
+<h1>{esc(title)}</h1>
+<p>{esc(stamp)}. Old: <code>{esc(old_name)}</code>, new: <code>{esc(new_name)}</code>.</p>
+<p class="{'bad' if regressed else ''}">{esc(self.summary_line())}</p>
+{f'<ul class="bad">{regressed}</ul>' if regressed else ''}
+<h2>Environment changes</h2>
+{env}
+<h2>Configurations</h2>
+{table_html(self.display(why=True))}
+<h2>Method</h2>
+<p>{esc(self.method_line())}</p>
+<p>{esc(METHOD_TEXT)}</p>
+{''.join(f'<p><em>{esc(n)}</em></p>' for n in self.notes)}
+</body></html>
+"""
+
+    def to_dict(self) -> dict:
+        return {"old_dir": str(self.old_dir), "new_dir": str(self.new_dir), "fail_above": self.fail_above,
+                "min_effect": self.min_effect, "confidence": CONFIDENCE, "compared": self.compared,
+                "regressions": len(self.regressions), "method": METHOD_TEXT,
+                "environment_changes": self.environment.to_dict("records"),
+                "configurations": json.loads(self.table.drop(columns=[k for k in KEY if k.endswith("_key")])
+                                             .to_json(orient="records")),
+                "notes": self.notes}
+
+
+def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect: float = MIN_EFFECT) -> ResultsDiff:
+    """OLD and NEW result directories compared configuration by configuration.
+
+    `table` has one row per configuration: configuration (a label), side (both | old only | new
+    only), old_/new_samples_per_s (medians of the ok repeats), old_/new_repeats ("3/3 ok"),
+    ratio, low, high (new/old with its interval), change (that as text), verdict (faster, slower,
+    no clear difference, too few repeats, no data, fails now, fails in both, runs now, added,
+    removed), regression (slower beyond `fail_above` with the whole interval below 1, or ok in
+    OLD and failing in NEW), flag, reason and note. Rows: regressions first, then by configuration.
+    """
+    if not 0.0 <= fail_above < 1.0:
+        raise ConfigError("fail_above", f"must be a fraction in [0, 1), got {fail_above!r}")
+    if not 0.0 <= min_effect < 1.0:
+        raise ConfigError("min_effect", f"must be a fraction in [0, 1), got {min_effect!r}")
+    old, new = (read_results(Path(d), name) for d, name in ((old_dir, "old_dir"), (new_dir, "new_dir")))
+    old_dir, new_dir = old.dirs[0], new.dirs[0]
+    rows = pd.concat([old.rows.assign(side="old"), new.rows.assign(side="new")], ignore_index=True)
+    rows = with_keys(rows)
+    keys = KEY + (["device_name_key"] if several_models_per_kind(rows) else [])
+    records = [compare_configuration(group, fail_above, min_effect, by_model=len(keys) > len(KEY))
+               for _, group in rows.groupby(keys, dropna=False, sort=False)]
+    table = pd.DataFrame(records, columns=TABLE_COLUMNS)
+    if len(table):
+        table = table.sort_values(["regression", "configuration"], ascending=[False, True], kind="stable")
+    table = table.reset_index(drop=True)
+    return ResultsDiff(table, environment_changes(old.rows, new.rows), old_dir, new_dir, fail_above, min_effect,
+                       old.notes + new.notes)
+
+
+def read_results(result_dir: Path, name: str) -> Results:
+    """One directory's rows, or a one-line ConfigError naming it (results.csv is read, never rebuilt here)."""
+    if not result_dir.is_dir():
+        raise ConfigError(name, f"{str(result_dir)!r} is not a directory; allowed: a result directory written by "
+                                "bench run / bench sweep --out")
+    if not (result_dir / "results.csv").is_file():
+        rebuild = " (bench report DIR rebuilds it from the run files)" if any(result_dir.glob("runs/*/rows.json")) else ""
+        raise ConfigError(name, f"{str(result_dir)!r} has no results.csv{rebuild}; allowed: a result directory "
+                                "written by bench run / bench sweep --out")
+    found = load_results(result_dir)
+    if found.rows.empty:
+        raise ConfigError(name, f"{str(result_dir)!r} has no result rows: {' '.join(found.notes)}")
+    return found
+
+
+TABLE_COLUMNS = ["configuration", "side", "old_samples_per_s", "new_samples_per_s", "old_repeats", "new_repeats",
+                 "ratio", "low", "high", "change", "verdict", "regression", "flag", "reason", "note"] + KEY
+
+
+def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
+    """The key columns of each row, from the configuration as asked for (present in failure rows
+    too, which may lack the measured input_shape)."""
+    rows = rows.copy()
+    rows["precision_key"] = rows["precision"].astype(str).str.replace(EMULATED_SUFFIX, "", regex=False)
+    rows["batch"] = [("max" if searched else int_text(b)) for searched, b in zip(rows["batch_searched"], rows["batch_size"])]
+    for name in ("width", "height", "depth", "world_size"):
+        rows[f"{name}_key"] = [int_text(v) if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
+    asked = rows["device"].astype(str).str.split(":").str[0]
+    kind = rows["device_type"].where(rows["device_type"].map(is_present), asked)
+    for side, group in rows.groupby("side"):  # 'auto' in a failure row: the directory's one kind of device
+        known = set(group["device_type"].dropna()) - {""}
+        if len(known) == 1:
+            kind[(rows["side"] == side) & (kind == "auto")] = known.pop()
+    rows["device_kind"] = kind.fillna("")
+    rows["device_name_key"] = rows["device_name"].where(rows["device_name"].map(is_present), "")
+    return rows
+
+
+def several_models_per_kind(rows: pd.DataFrame) -> bool:
+    named = rows[rows["device_name_key"] != ""]
+    return bool((named.groupby(["side", "device_kind"])["device_name_key"].nunique() > 1).any())
+
+
+def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: float, by_model: bool) -> dict:
+    old, new = group[group["side"] == "old"], group[group["side"] == "new"]
+    old_ok, new_ok = old[old["status"] == "ok"], new[new["status"] == "ok"]
+    first = (new_ok if len(new_ok) else old_ok if len(old_ok) else new if len(new) else old).iloc[0]
+    side = "both" if len(old) and len(new) else "old only" if len(old) else "new only"
+    out = {"configuration": label(first, by_model), "side": side,
+           "old_samples_per_s": old_ok["samples_per_s"].median() if len(old_ok) else NAN,
+           "new_samples_per_s": new_ok["samples_per_s"].median() if len(new_ok) else NAN,
+           "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
+           "ratio": NAN, "low": NAN, "high": NAN, "change": "", "verdict": "", "regression": False, "flag": "",
+           "reason": "", "note": (failures_note(old, "old") + failures_note(new, "new")).strip()}
+    if not len(old) or not len(new):
+        out.update(verdict="added" if len(new) else "removed",
+                   reason=f"only in {'NEW' if len(new) else 'OLD'} ({out['new_repeats' if len(new) else 'old_repeats']})")
+    elif not len(new_ok):
+        out.update(verdict="fails in both" if not len(old_ok) else "fails now", regression=bool(len(old_ok)),
+                   reason=f"new: {status_text(new)}" + (f"; old: {status_text(old)}" if not len(old_ok) else ""))
+    elif not len(old_ok):
+        out.update(verdict="runs now", reason=f"old: {status_text(old)}")
+    else:
+        c = compare_samples(old_ok["samples_per_s"], new_ok["samples_per_s"], min_effect=min_effect)
+        regressed = c.has_interval and c.high < 1.0 and c.ratio <= 1.0 - fail_above
+        out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
+                   high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
+                   change="" if c.ratio is None else c.text().removesuffix(" " + c.verdict))
+    if out["regression"]:
+        out["flag"] = "REGRESSION"
+    return {**out, **{k: first[k] for k in KEY}}
+
+
+def label(row: pd.Series, by_model: bool) -> str:
+    parts = [str(row["model"]), str(row["mode"]), str(row["precision"]), f"bs{row['batch']}"]
+    if is_present(row.get("input_shape")):
+        parts.append(str(row["input_shape"]))
+    elif row["width_key"]:
+        parts.append("x".join(v for v in (row["depth_key"], row["height_key"], row["width_key"]) if v))
+    if row["world_size_key"] not in ("", "1"):
+        parts.append(f"x{row['world_size_key']} devices")
+    if row["compile"] not in ("off", "", None):
+        parts.append(f"compile={row['compile']}")
+    if row["channels_last"]:
+        parts.append("channels_last")
+    parts.append(row["device_kind"] or "?")
+    if by_model and row["device_name_key"]:
+        parts[-1] += f" ({row['device_name_key']})"
+    return " ".join(parts)
+
+
+def repeats_text(rows: pd.DataFrame) -> str:
+    return f"{int((rows['status'] == 'ok').sum())}/{len(rows)} ok" if len(rows) else ""
+
+
+def status_text(rows: pd.DataFrame) -> str:
+    """'oom: CUDA out of memory ...' for the first failed row, with how many failed."""
+    failed = rows[rows["status"] != "ok"]
+    if failed.empty:
+        return "ok"
+    first = failed.iloc[0]
+    message = str(first["message"]) if is_present(first["message"]) else "no message"
+    return f"{first['status']}: {message[:120]} ({len(failed)} of {len(rows)} rows)"
+
+
+def failures_note(rows: pd.DataFrame, side: str) -> str:
+    failed = rows[rows["status"] != "ok"]
+    if failed.empty:
+        return ""
+    statuses = ", ".join(sorted(set(failed["status"])))
+    return f"{side}: {len(failed)}/{len(rows)} {statuses} "
+
+
+def environment_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """field, old, new for each environment column whose values differ between the directories
+    (several values on a side are listed, comma separated)."""
+    out = []
+    for name in ENVIRONMENT_CHANGES:
+        values = [values_of(side, name) for side in (old, new)]
+        if values[0] != values[1]:
+            out.append({"field": name, "old": ", ".join(values[0]) or "(none)", "new": ", ".join(values[1]) or "(none)"})
+    return pd.DataFrame(out, columns=["field", "old", "new"])
+
+
+def values_of(rows: pd.DataFrame, name: str) -> list[str]:
+    ok = rows[rows["status"] == "ok"]
+    source = ok if len(ok) else rows
+    if name not in source:
+        return []
+    return sorted({int_text(v) if isinstance(v, float) else str(v) for v in source[name] if is_present(v)})
+
+
+def aligned(table: pd.DataFrame) -> str:
+    """A plain-text table: numbers right-aligned as the report prints them, text left-aligned."""
+    numeric = [pd.api.types.is_numeric_dtype(table[c]) and not pd.api.types.is_bool_dtype(table[c]) for c in table]
+    cells = [[num_text(v) if n else ("" if not is_present(v) else str(v)) for v, n in zip(values, numeric)]
+             for values in table.itertuples(index=False, name=None)]
+    widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(table.columns)]
+    keep = [i for i, c in enumerate(table.columns) if any(r[i] for r in cells) or c in ("configuration",)]
+
+    def line(values):
+        return "  ".join(values[i].rjust(widths[i]) if numeric[i] else values[i].ljust(widths[i]) for i in keep).rstrip()
+    return "\n".join([line([str(c) for c in table.columns])] + [line(r) for r in cells])
