@@ -10,27 +10,25 @@ import csv
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from bench_core import cli, results, summary
+from bench_core import cli, results, run_benchmark, summary
 from bench_core.config import BenchConfig
-from bench_core.summary.report import build_report
-from bench_core import run_benchmark
+from bench_core.summary import screenshot
+from bench_core.summary.report import HIDDEN_TAGS, build_report
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"
 TINY = dict(model="resnet18", width=32, height=32, steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu")
-SECTIONS = ["Overview", "Headline results", "Machines side by side", "Throughput", "AMP speed-up", "Batch size",
-            "Memory", "Step times", "Scaling", "Efficiency", "Published figures", "Failures", "Environment",
-            "Method"]
+SECTIONS = ["Overview", "Headline results", "Machines side by side", "Throughput", "AMP speed-up",
+            "Compile and channels_last", "Batch size", "Memory", "Step times", "Scaling", "Efficiency",
+            "Cost frontier", "Published figures", "Failures", "Environment", "Method"]
 
 
 # -- result directories ---------------------------------------------------------------------------
@@ -142,9 +140,40 @@ def test_report_of_real_rows_has_every_section_chart_and_no_code(dirs):
     # Content a reader checks: the knee of the batch curve, AMP speed-up, the method.
     assert "knee batch" in html and "speed-up over fp32" in html
     assert "warm-up" in html.lower() and "time.perf_counter" in html
+    assert "ratio of geometric-mean throughputs" in html and "Student" in html  # how comparisons are made
     assert "One machine only" in html
     assert "No matching reference hardware" in html and "DLPerf" in html and "lambdal" in html
     assert oct(html_path.stat().st_mode & 0o777) != oct(0o600)
+
+
+@pytest.mark.slow
+def test_report_opens_with_title_date_machines_and_what_was_measured(dirs, tmp_path):
+    """It reads like a report: no notebook instructions, no local path, nothing from the network."""
+    html_path = build_report([dirs["cpu"]], tmp_path / "report.html")
+    html = html_path.read_text()
+    body = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
+    opening = " ".join(re.sub(r"<[^>]+>", " ", body[:body.index('id="Overview"')]).split())
+    assert f"<title>{summary.DEFAULT_TITLE}</title>" in html and f"<h1>{summary.DEFAULT_TITLE}</h1>" in body
+    assert re.search(r"Made \d{4}-\d\d-\d\d \d\d:\d\d UTC from results measured \d{4}-\d\d-\d\d", opening)
+    assert "result directory: cpu." in opening  # by its folder name
+    assert "CPU:" in opening and "logical CPUs" in opening and "runs on 1 device" in opening
+    for measured in ("Models : resnet18", "Modes : train, infer", "Precisions : fp32, amp-bf16", "Inputs : 3x32x32",
+                     "Batch sizes per device : 2, 4", "Configurations : 5, in 10 result rows (10 ok)"):
+        assert measured in opening, (measured, opening)
+    # Not the notebook's instructions, and never a local path.
+    assert "Run it" not in html and "edit the parameters cell" not in html
+    assert str(dirs["root"]) not in html and str(tmp_path) not in html
+    # Offline: no script, style sheet or image from the network (plain links to sources are fine).
+    for tag, url in re.findall(r'<(script|link|img)\b[^>]*?\b(?:src|href)\s*=\s*["\']?([^"\'\s>]*)', html):
+        assert not url.lower().startswith(("http", "//")), (tag, url)
+    assert "cdnjs" not in html and "mathjax" not in html.lower() and "require.js" not in html
+    # Tables come with their library (itables, embedded); figures are PNG in the report ...
+    assert html.count("new ITable(") >= 8
+    assert '<div class="jp-RenderedSVG' not in html  # the PNG of each chart is embedded, not its SVG
+    # ... and PNG + SVG in the executed notebook: an untrusted notebook in JupyterLab still shows the PNG.
+    executed = nbformat.read(tmp_path / "summary.ipynb", as_version=4)
+    images = [o for c in executed.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 6 and all("image/svg+xml" in o.data and o.data["text/plain"] for o in images)
 
 
 def test_summary_notebook_is_committed_without_outputs():
@@ -152,8 +181,11 @@ def test_summary_notebook_is_committed_without_outputs():
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code)
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
-    assert len(params) == 1 and "result_dirs: list" in params[0].source
+    assert len(params) == 1 and 'result_dirs: list = ["../outputs/lab"]' in params[0].source
+    # The instructions are for JupyterLab users; the report drops them (their tag is hidden).
     assert nb.cells[0].cell_type == "markdown" and "bench report" in nb.cells[0].source
+    assert "notebook-only" in nb.cells[0].metadata.get("tags", []) and "notebook-only" in HIDDEN_TAGS
+    assert [c for c in nb.cells if "show_title" in c.source] == [code[1]]  # the title opens the report
     # Cells only call bench_core.summary: no analysis code lives in the notebook.
     for cell in code:
         if cell is not params[0]:
@@ -167,22 +199,65 @@ def test_summary_notebook_is_committed_without_outputs():
 def test_combined_report_answers_is_x_twice_as_fast(combined):
     html = combined.read_text()
     assert "Tesla V100-SXM2-16GB · gpu-node-1" in html
-    assert "<strong>2.00×</strong>" in html  # the V100 rows are the CPU rows at twice the speed
-    assert "scaling efficiency" in html and "0.9" in html  # 1.8x on 2 devices
+    # The V100 rows are the CPU rows at twice the speed: 2.00x, each with its interval and verdict.
+    machines = _section(html, "Machines-side-by-side")
+    assert "geometric mean 2.00×" in machines and "of 5 configurations" in machines
+    assert len(re.findall(r"2\.00x " + INTERVAL, machines)) >= 5, machines
+    assert re.search(r"\d+\.\d\dx " + INTERVAL, _section(html, "AMP-speed-up"))  # amp-bf16 over fp32
+    scaling = _section(html, "Scaling")
+    assert "scaling efficiency [95% CI]" in scaling and re.search(r"\d\.\d\d \[\d+\.\d\d-\d+\.\d\d\]", scaling)
     executed = nbformat.read(combined.parent / "summary.ipynb", as_version=4)
     assert _stderr_and_errors(executed) == []
     assert "could not be drawn" not in html
 
 
 @pytest.mark.slow
+def test_a_single_repeat_says_too_few_repeats_instead_of_a_bare_ratio(dirs, tmp_path):
+    """One repeat a side: every comparison keeps its ratio and says it has no interval."""
+    for name in ("cpu", "gpu"):
+        rows = [r for run in sorted((dirs[name] / "runs").iterdir()) for r in results.read_run(run) if r["repeat"] == 0]
+        results.write_run(tmp_path / name, "one-repeat", rows)
+    table, per_machine, _, _ = summary.relative_speed(summary.load_results([tmp_path / "cpu", tmp_path / "gpu"]))
+    assert set(table["verdict"]) == {"too few repeats"} and table["low"].isna().all()
+    assert table["text"].str.fullmatch(r"2\.00x \(too few repeats for an interval\)").all()
+    assert per_machine["summary"].iloc[0].startswith("too few repeats for an interval in 5 of 5 configurations")
+    html = build_report([tmp_path / "cpu", tmp_path / "gpu"], tmp_path / "report.html").read_text()
+    assert "could not be drawn" not in html
+    for anchor in ("Machines-side-by-side", "AMP-speed-up", "Scaling"):
+        part = _section(html, anchor)
+        assert "(too few repeats for an interval)" in part and not re.search(INTERVAL, part), anchor
+    assert "Too few repeats for an interval in every comparison here" in _section(html, "Machines-side-by-side")
+
+
+def test_compile_and_channels_last_are_compared_where_both_variants_ran(dirs, tmp_path):
+    """channels_last copies of the fp32 CPU rows at 1.3x their speed, and one repeat of a compiled
+    infer row: each compared with the rows it was copied from."""
+    assert summary.settings_effects(summary.load_results([dirs["cpu"]])).empty  # no pair: nothing to compare
+    rows = [r for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    layout = [{**r, "run_id": "nhwc", "channels_last": True, "samples_per_s": r["samples_per_s"] * 1.3}
+              for r in rows if r["precision"] == "fp32"]
+    compiled = [{**r, "run_id": "compiled", "compile": "default"} for r in rows
+                if (r["mode"], r["precision"], r["repeat"]) == ("infer", "fp32", 0)]
+    results.write_run(tmp_path, "variants", rows + layout + compiled)
+    effects = summary.settings_effects(summary.load_results([tmp_path]))
+    nhwc = effects[effects["setting"] == "channels_last vs NCHW"]
+    assert len(nhwc) == 3 and nhwc["ratio"].tolist() == pytest.approx([1.3] * 3)
+    assert nhwc["text"].str.fullmatch(r"1\.30x " + INTERVAL).all() and (nhwc["n_candidate"] == 2).all()
+    eager = effects[effects["setting"] == "compile=default vs eager"]
+    assert len(eager) == 1 and eager["text"].str.fullmatch(r"\d+\.\d\dx \(too few repeats for an interval\)").all()
+
+
+@pytest.mark.slow
 def test_combined_report_lists_failures_and_what_is_missing(combined, dirs):
     html = combined.read_text()
-    for status in ("oom", "error", "nan"):
-        assert f'<td style="{summary.TEXT_CELL}">{status}</td>' in html
+    failures = html[html.index('id="Failures"'):html.index('id="Environment"')]
+    for status in ("oom", "error", "nan"):  # in the table's static preview (shown where scripts don't run)
+        assert re.search(rf"<td[^>]*>{status}</td>", failures), status
     assert "the loss exploded &amp; then &lt;b&gt;this&lt;/b&gt;" in html
     assert "non-finite loss in repeat 0" in html
-    assert "schema version 0 lack" in html  # the old directory's missing columns are named
-    assert "results.csv has no rows yet" in html
+    assert "old: rows of schema version 0 lack" in html  # the old directory's missing columns are named
+    assert "empty: results.csv has no rows yet" in html  # each directory by its folder name, never its path
+    assert str(dirs["root"]) not in html and str(dirs["root"]) in combined.with_name("summary.ipynb").read_text()
 
 
 @pytest.mark.slow
@@ -223,10 +298,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
 
 def test_tables_from_rows(dirs):
     res = summary.load_results([dirs["cpu"], dirs["gpu"], dirs["old"]])
-    med, per_machine, baseline, _ = summary.relative_speed(res)
+    table, per_machine, baseline, _ = summary.relative_speed(res)
     assert "Tesla" not in baseline  # the first directory's machine
     gpu = per_machine[per_machine["machine"].str.startswith("Tesla")]
     assert gpu["speed_vs_baseline"].iloc[0] == pytest.approx(2.0, rel=1e-6)
+    # Per configuration: ratio 2 from the repeats of both sides, inside its interval.
+    assert len(table) == 5 and table["ratio"].tolist() == pytest.approx([2.0] * 5)
+    assert ((table["low"] <= 2.0) & (table["high"] >= 2.0)).all() and (table["n_baseline"] == 2).all()
+    assert gpu["summary"].iloc[0].endswith("of 5 configurations; geometric mean 2.00×")
 
     _, per_machine, baseline, _ = summary.relative_speed(res, baseline="v100")  # part of a label, any case
     assert baseline.startswith("Tesla") and per_machine["speed_vs_baseline"].iloc[0] == pytest.approx(0.5)
@@ -235,7 +314,17 @@ def test_tables_from_rows(dirs):
 
     scaling = summary.scaling_table(res)
     two = scaling[scaling["world_size"] == 2].iloc[0]
-    assert two["speedup"] == pytest.approx(1.8, rel=1e-6) and two["efficiency"] == pytest.approx(0.9, rel=1e-6)
+    # 1.8x the 1-device median, as a ratio of geometric means of the repeats (what the interval is for).
+    one = res.ok[(res.ok["machine"] == two["machine"]) & (res.ok["world_size"] == 1) & (res.ok["mode"] == "train")
+                 & (res.ok["precision"] == "fp32") & (res.ok["batch_size"] == 2)]["samples_per_s"]
+    expected = statistics.median(one) * 1.8 / statistics.geometric_mean(one)
+    assert two["speedup"] == pytest.approx(expected, rel=1e-6) and two["efficiency"] == pytest.approx(expected / 2)
+    assert two["low"] <= two["speedup"] <= two["high"]
+    assert two["efficiency_low"] == pytest.approx(two["low"] / 2) and two["efficiency_high"] == pytest.approx(two["high"] / 2)
+    assert two["efficiency_text"] == f"{expected / 2:.2f} [{two['low'] / 2:.2f}-{two['high'] / 2:.2f}]"
+
+    amp = summary.amp_speedup_table(res)
+    assert set(amp["precision"]) == {"amp-bf16"} and amp["text"].str.fullmatch(r"\d+\.\d\dx " + INTERVAL).all()
 
     knees = summary.knee_points(summary.batch_curves(res))
     assert set(knees["batch_sizes"]) == {2} and knees["knee_batch_size"].isin([2, 4]).all()
@@ -282,34 +371,143 @@ def test_published_figures_carry_their_source_and_match_the_same_gpu_and_workloa
     matched = summary.reference_matches(summary.load_results([v100]))
     assert set(matched["source"]) == {"lambdal", "DLPerf"}
     assert (matched["gpu"].str.contains("V100")).all()
+    # Their figures are single numbers: a plain ratio, saying it has no interval.
+    assert matched["comparison"].str.fullmatch(r"ratio \d+\.\d\d \(published figure has no spread: no interval\)").all()
+    assert matched["ours_vs_published"].tolist() == pytest.approx((matched["ours"] / matched["published"]).tolist())
+
+    # The 3D UNet figures are mean ± std: our repeats against them get an interval.
+    unet = [{**r, "model": "unet3d", "mode": "infer", "precision": "fp16", "input_shape": "1x64x512x512",
+             "device_name": "NVIDIA A100-PCIE-40GB", "mvox_per_s": value} for r, value in
+            zip(results.read_run(dirs["gpu"] / "runs" / "gpu-runs")[:3], (19.0, 19.5, 19.3))]
+    results.write_run(dirs["root"] / "a100", "unet", unet)
+    matched = summary.reference_matches(summary.load_results([dirs["root"] / "a100"]))
+    assert set(matched["source"]) == {"3D UNet"} and matched["comparison"].str.fullmatch(r"\d+\.\d\dx " + INTERVAL).all()
+    near = matched[matched["published"] == 19.28].iloc[0]  # 19.28 ± 0.35 MVox/s: no clear difference
+    assert near["verdict"] == "no clear difference" and near["low"] < 1 < near["high"]
+    assert (matched[matched["published"] == 32.07]["verdict"] == "slower").all()
+
+
+def test_a_published_figure_without_spread_leaves_only_our_spread_in_the_interval():
+    import math
+
+    from scipy import stats
+
+    from bench_core.summary.reference import published_comparison
+    ours = [20.0, 21.0, 22.5]
+    low, high = stats.ttest_1samp([math.log(v / 20.0) for v in ours], 0.0).confidence_interval(0.95)
+    exact = published_comparison(ours, 20.0, 0.0)  # std 0: only our repeats are uncertain, one-sample t
+    assert (exact["low"], exact["high"]) == pytest.approx((math.exp(low), math.exp(high)))
+    wider = published_comparison(ours, 20.0, 1.0)
+    assert wider["low"] < exact["low"] and wider["high"] > exact["high"] and wider["ratio"] == exact["ratio"]
+    slower_is_better = published_comparison([2.0, 2.1], 4.0, 0.1, higher_better=False)  # s/iter: half the time
+    assert slower_is_better["ratio"] == pytest.approx(4.0 / math.sqrt(2.0 * 2.1)) and slower_is_better["verdict"] == "faster"
+    assert published_comparison([20.0], 20.0, 1.0)["text"] == "1.00x (too few repeats for an interval)"
 
 
 # -- a real browser look ------------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_report_renders_in_a_real_browser(combined):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not browser:
+def _browser_or_skip() -> None:
+    """Chromium (Debian's) and playwright, or a skip; with CI=1 a failure: the report must be looked at."""
+    missing = [what for what, ok in (("chromium (apt-get install chromium)", screenshot.chromium()),
+                                     ("playwright (pip install -e '.[test]')", _importable("playwright")))
+               if not ok]
+    if missing:
         if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (make test installs it): the report was not looked at")
-        pytest.skip("chromium not installed (apt-get install chromium); set CI=1 to make this a failure")
+            pytest.fail(f"{' and '.join(missing)} not installed (make test installs them): the report was not "
+                        "looked at in a browser")
+        pytest.skip(f"{' and '.join(missing)} not installed; set CI=1 to make this a failure")
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
+@pytest.mark.slow
+def test_report_works_offline_in_a_real_browser_and_its_tables_sort(combined):
+    _browser_or_skip()
+    dialogs = []
+    with screenshot.offline_page(combined, width=1200, height=900) as (page, log):
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        # Offline and quiet: no request left the file, none failed, no script error, no alert(1).
+        assert log.network == [] and log.failed == [], (log.network, log.failed)
+        assert log.console_errors == []
+        assert all(url.startswith(("file:", "data:", "blob:")) for url in log.requests), log.requests
+        assert page.locator("table.dataTable").count() >= 10  # every table was set up by DataTables
+        assert page.locator("[id$=_fallback]:visible").count() == 0  # and replaces its static preview
+        shot = combined.parent / "screenshot.png"
+        page.screenshot(path=str(shot), full_page=True)  # before anything is clicked
+
+        # A click on a header sorts that table by the numbers' values, not their text.
+        headline = page.locator("#Headline-results").locator("xpath=following::table[contains(@class,'dataTable')][1]")
+        column = [h.strip() for h in headline.locator("thead th").all_inner_texts()].index("samples/s (median)") + 1
+        cells = headline.locator(f"tbody tr td:nth-child({column})")
+        header = headline.locator(f"thead th:nth-child({column})")
+        before = [_number(t) for t in cells.all_inner_texts()]
+        header.click()
+        header.and_(page.locator("[aria-sort=ascending]")).wait_for()
+        ascending = [_number(t) for t in cells.all_inner_texts()]
+        header.click()
+        header.and_(page.locator("[aria-sort=descending]")).wait_for()
+        descending = [_number(t) for t in cells.all_inner_texts()]
+        assert sorted(before) == ascending != before and descending == ascending[::-1], (before, ascending)
+        assert max(ascending) >= 100 > min(ascending)  # as text, "73" would sort after "375.4"
+
+        # A long table pages and filters: all the published figures, searched for one GPU.
+        details = page.locator("details", has_text="published figures")
+        details.locator("summary").click()
+        info = details.locator(".dt-info")
+        total = info.inner_text()
+        assert re.fullmatch(rf"Showing 1 to {summary.TABLE_PAGE_ROWS} of \d+ entries", total), total
+        assert details.locator("table.dataTable tbody tr").count() == summary.TABLE_PAGE_ROWS  # one page
+        details.locator("input[type=search]").fill("A100")
+        page.wait_for_function("([el, before]) => el.innerText !== before", arg=[info.element_handle(), total])
+        rows = details.locator("table.dataTable tbody tr").all_inner_texts()
+        assert 0 < len(rows) < summary.TABLE_PAGE_ROWS and all("A100" in r for r in rows), (info.inner_text(), rows)
+
+        # Hostile strings are text on the page, never markup.
+        assert "<script>alert(1)</script>" in page.locator("body").inner_text()
+        assert dialogs == []
     from PIL import Image
-    shot = combined.parent / "screenshot.png"
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                        f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,3000",
-                        combined.resolve().as_uri()], capture_output=True, timeout=120, check=False)
-    assert shot.is_file(), "chromium wrote no screenshot"
     image = Image.open(shot).convert("RGB")
-    assert image.size == (1200, 3000)
-    small = image.resize((300, 750))
-    pixels = list(_pixels(small))
+    assert image.width == 1200 and image.height > 3000
+    pixels = list(_pixels(image.resize((300, image.height // 4))))
     non_white = sum(1 for p in pixels if min(p) < 235) / len(pixels)
     colourful = sum(1 for r, g, b in pixels if max(r, g, b) - min(r, g, b) > 60) / len(pixels)
     assert non_white > 0.05, f"the page looks blank ({non_white:.1%} non-white)"
     assert colourful > 0.003, f"no coloured charts on the page ({colourful:.2%} coloured pixels)"
     assert len(set(_pixels(image))) > 500  # text, tables and charts: many distinct colours
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "")) if text.strip() else float("-inf")
+
+
+@pytest.mark.slow
+def test_screenshot_command_writes_the_first_screen(combined, tmp_path):
+    out = tmp_path / "docs" / "report.png"
+    command = [sys.executable, "-m", "bench_core.summary.screenshot"]
+    bad = subprocess.run([*command, str(tmp_path / "nope.html"), str(out)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "report" in bad.stderr and not out.exists()
+    bad = subprocess.run([*command, str(combined), str(tmp_path / "x.jpg")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "out: must be a .png file" in bad.stderr
+    _browser_or_skip()
+    proc = subprocess.run([*command, str(combined), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.strip() == str(out)
+    from PIL import Image
+    assert Image.open(out).size == (screenshot.WIDTH, screenshot.HEIGHT)
+    assert [p.name for p in out.parent.iterdir()] == ["report.png"]  # nothing half-written left beside it
+
+
+INTERVAL = r"\[\d+\.\d\d-\d+\.\d\d\] (?:faster|slower|no clear difference)"  # "[1.79-1.90] faster"
+
+
+def _section(html: str, anchor: str) -> str:
+    """The report's HTML from a section's heading to the next heading."""
+    start = html.index(f'<h2 id="{anchor}"')
+    end = html.find("<h2 id=", start + 1)
+    return html[start:end if end > 0 else None]
 
 
 def _stderr_and_errors(nb) -> list[str]:

@@ -1,14 +1,21 @@
 """The analysis behind notebooks/summary.ipynb: load result directories (load), tables (tables),
 published figures (reference), how things are shown (html, text) and the report's sections
-(speed, detail). `bench report` renders it (report); `bench diff` compares two directories (diff).
+(front: title and overview; speed, detail). `bench report` renders it (report); `bench diff`
+compares two directories (diff).
 
-Notebook cells only call the `show_*` functions. Every string from the data reaches the HTML
-through `html.escape` or `DataFrame.to_html(escape=True)`; charts are PNG, so no text from the
-data is ever pasted into markup unescaped. Results are read from CSV only (nothing unpickled).
+Notebook cells only call the `show_*` functions (and `init_tables` once). Every string from the
+data reaches the HTML through `html.escape`, or through itables with allow_html off (it escapes
+every cell and header); charts are images, so no text from the data is ever pasted into markup
+unescaped. Results are read from CSV only (nothing unpickled).
 This face re-exports the public names of those modules; inside bench_core, import from the module.
 """
 from __future__ import annotations
 
+from bench_core.summary.cost import (  # noqa: F401 - re-exported
+    cost_points,
+    picks_table,
+    show_cost_frontier,
+)
 from bench_core.summary.detail import (  # noqa: F401 - re-exported
     show_efficiency,
     show_environment,
@@ -22,19 +29,33 @@ from bench_core.summary.diff import (  # noqa: F401 - re-exported
     ResultsDiff,
     diff_results,
 )
+from bench_core.summary.effects import (  # noqa: F401 - re-exported
+    compare_variants,
+    settings_effects,
+    verdict_summary,
+)
+from bench_core.summary.front import (  # noqa: F401 - re-exported
+    machine_text,
+    show_overview,
+    show_title,
+)
 from bench_core.summary.html import (  # noqa: F401 - re-exported
+    DEFAULT_TITLE,
     DISPLAY_DPI,
     NUMBER_CELL,
     PIXEL_RATIO,
+    TABLE_PAGE_ROWS,
     TEXT_CELL,
     cell_text,
     chart_rows,
     columns_for,
+    datatable_html,
     date_range,
     device_names,
     display_obj,
     drop_constant,
     esc,
+    init_tables,
     label_columns,
     note,
     ordered,
@@ -59,6 +80,7 @@ from bench_core.summary.load import (  # noqa: F401 - re-exported
     WORKLOAD,
     Results,
     config_label,
+    dir_names,
     load_results,
     machine_label,
     typed_rows,
@@ -75,8 +97,8 @@ from bench_core.summary.speed import (  # noqa: F401 - re-exported
     show_batch_curves,
     show_headline,
     show_memory,
-    show_overview,
     show_relative_speed,
+    show_settings_effects,
     show_throughput,
 )
 from bench_core.summary.tables import (  # noqa: F401 - re-exported
@@ -84,11 +106,13 @@ from bench_core.summary.tables import (  # noqa: F401 - re-exported
     amp_speedup_table,
     batch_curves,
     efficiency_table,
+    efficiency_text,
     emulation_notes,
     environment_table,
     failures_table,
     headline_table,
     knee_points,
+    machines_table,
     method_settings,
     noise_table,
     peak_memory_mib,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from bench_core.measure import noise
+from bench_core.results.comparison import METHOD_TEXT
 from bench_core.summary.html import (
     columns_for,
+    datatable_html,
     device_names,
     esc,
     label_columns,
@@ -19,7 +21,6 @@ from bench_core.summary.html import (
     show_figure,
     show_html,
     show_table,
-    table_html,
 )
 from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
 from bench_core.summary.reference import (
@@ -77,21 +78,25 @@ def show_scaling(res: Results) -> None:
         top = float(table["world_size"].max())
         ax.plot([1, top], [1, top], color="grey", linestyle="--", label="ideal (speed-up = devices)")
         for label, group in table.groupby("curve", sort=False):
-            ax.plot(group["world_size"], group["speedup"], marker="o", label=wrap_text(label, 50))
+            scaling_curve(ax, group, wrap_text(label, 50))
         for label, group in (matched.groupby("label", sort=False) if not matched.empty else []):
             group = group[group["gpus"] <= max(top, 8)]
             ax.plot(group["gpus"], group["speedup"], marker="s", linestyle=":", color="black", alpha=0.6,
                     label=label)
         devices = sorted(set(table["world_size"].dropna()) | {1})
         ax.set_xticks(devices, [num_text(v) for v in devices])
-        ax.set(xlabel="devices (world size)", ylabel="speed-up over 1 device", title="Scaling")
+        ax.set(xlabel="devices (world size)", ylabel="speed-up over 1 device",
+               title="Scaling (bars: 95 % interval; hollow: too few repeats for one)")
         ax.legend(fontsize=7)
-        show_figure(fig, "Speed-up against the number of devices, with the ideal line")
+        show_figure(fig, "Speed-up against the number of devices with 95 % intervals, and the ideal line")
         show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                            "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
                            "nodes": "nodes", "samples_per_s": "samples/s", "samples_per_s_per_device":
-                           "samples/s per device", "speedup": "speed-up vs 1 device",
-                           "efficiency": "scaling efficiency", "repeats": "repeats"}))
+                           "samples/s per device", "text": "speed-up vs 1 device [95% CI], verdict",
+                           "efficiency_text": "scaling efficiency [95% CI]", "repeats": "repeats"}))
+        paragraph("Speed-up is the ratio of geometric-mean throughputs over the repeats on N devices and on 1 device, "
+                  "with its 95 % interval (see Method); scaling efficiency is speed-up / N, its interval the same "
+                  "interval divided by N.")
         if table["speedup"].isna().any():
             note("Speed-up and efficiency are empty where the same workload has no 1-device run.")
     columns = {"source": "source", "gpu": "GPU", "precision": "precision", "batch_size": "batch / GPU",
@@ -104,7 +109,19 @@ def show_scaling(res: Results) -> None:
         note("No result here ran on DLPerf's hardware (Tesla V100-SXM2-16GB, ResNet-50 training at 224 px); "
              "its published scaling, for context:")
         show_html(f"<details><summary>DLPerf ResNet-50 v1.5 scaling on V100 ({len(reference)} rows)</summary>"
-                  f"{table_html(reference, columns)}</details>")
+                  f"{datatable_html(reference, columns)}</details>")
+
+
+def scaling_curve(ax, curve: pd.DataFrame, label: str) -> None:
+    """One scaling curve: speed-up with its interval as error bars; a point without one drawn hollow."""
+    curve = curve.dropna(subset=["speedup"])
+    below = (curve["speedup"] - curve["low"]).fillna(0).clip(lower=0)
+    above = (curve["high"] - curve["speedup"]).fillna(0).clip(lower=0)
+    line = ax.errorbar(curve["world_size"], curve["speedup"], yerr=[below, above], marker="o", capsize=4,
+                       label=label)
+    bare = curve[curve["low"].isna() & (curve["world_size"] != 1)]
+    ax.plot(bare["world_size"], bare["speedup"], "o", markerfacecolor="white", markeredgewidth=1.6,
+            markeredgecolor=line.lines[0].get_color(), zorder=4)
 
 
 @section
@@ -164,7 +181,7 @@ def show_efficiency(res: Results) -> None:
                   + ", ".join(f"{name}: {n}" for name, n in kinds.items())
                   + "); they are kept in every figure above, never dropped.")
         show_html(f"<details><summary>The {len(flagged)} flagged rows</summary>"
-                  + table_html(flagged, columns_for(res, {"machine": "machine", "config": "configuration", "repeat": "repeat",
+                  + datatable_html(flagged, columns_for(res, {"machine": "machine", "config": "configuration", "repeat": "repeat",
                                          "noise_flags": "flags", "step_time_cv": "step-time CV"}))
                   + "</details>")
 
@@ -174,12 +191,19 @@ def show_references(res: Results) -> None:
     matched = reference_matches(res)
     ref = load_reference()
     if not matched.empty:
-        paragraph("Our median beside each published figure for the same GPU, model, mode, precision, input size "
-                  "and device count (ours vs published > 1: ours is faster).")
+        paragraph("Our repeats beside each published figure for the same GPU, model, mode, precision, input size "
+                  "and device count (ours vs published above 1: ours is faster). Where the published figure has a "
+                  "spread (mean ± std), the ratio of our geometric mean to it has a 95 % interval: Student's t on "
+                  "log scale at our repeats' degrees of freedom, with the published std taken as the uncertainty "
+                  "of its mean (its number of iterations is not published, so the interval errs wide). Where it "
+                  "is a single number, the ratio is our median over it, with no interval: our IQR shows our own "
+                  "spread. An interval covers measurement noise only, not differences of setup (software, data, "
+                  "timing method) between theirs and ours.")
         show_table(matched, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                              "input_shape": "input", "devices": "devices", "batch_size": "batch",
-                             "ours": "ours", "published": "published", "published_std": "± (published)",
-                             "unit": "unit", "ours_vs_published": "ours vs published", "source": "source",
+                             "ours": "ours (median)", "ours_iqr": "ours (IQR)", "repeats": "repeats",
+                             "published": "published", "published_std": "± (published)",
+                             "unit": "unit", "comparison": "ours vs published [95% CI]", "source": "source",
                              "gpu": "published GPU", "published_precision": "published precision",
                              "published_batch_size": "published batch", "note": "note"}))
     else:
@@ -191,7 +215,7 @@ def show_references(res: Results) -> None:
     show_html("<p>Sources: " + "; ".join(f"<strong>{esc(s)}</strong>: {esc(u)}" for s, u in sources.items())
               + "</p>")
     show_html(f"<details><summary>All {len(ref)} published figures (click to open)</summary>"
-              + table_html(ref, {"source": "source", "gpu": "GPU", "gpus": "GPUs", "model": "model", "mode": "mode",
+              + datatable_html(ref, {"source": "source", "gpu": "GPU", "gpus": "GPUs", "model": "model", "mode": "mode",
                                  "precision": "precision", "batch_size": "batch / GPU", "input_shape": "input",
                                  "value": "value", "value_std": "±", "unit": "unit", "note": "note"})
               + "</details>")
@@ -230,6 +254,8 @@ def show_method_settings(res: Results) -> None:
     show_table(table, {"machine": "machine", "timer": "timer", "warmup_steps": "warm-up steps (untimed)",
                        "min_steps": "min timed steps", "min_seconds": "min timed seconds",
                        "timed_steps": "timed steps that ran", "repeats": "repeats"})
+    paragraph("Comparisons (machines, precisions, compile and channels_last, device counts, published "
+              "figures): " + METHOD_TEXT)
     paragraph("Noise flags: a row is flagged, never dropped, when one of these holds. Each flag in the "
               "Efficiency section carries the measured value beside its threshold.")
     show_table(pd.DataFrame(noise.noise_rules()), {"flag": "flag", "threshold": "threshold", "why": "why"})

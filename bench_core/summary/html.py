@@ -1,4 +1,5 @@
-"""How the report shows things: escaped HTML tables, figures at a fixed size, number formats, chart helpers.
+"""How the report shows things: interactive tables (sort, search) and static ones, every cell escaped;
+figures at a fixed size; the report's title; chart helpers.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from itables import init_notebook_mode, to_html_datatable
 
 from bench_core.results.rows import error_message
 from bench_core.summary.load import PRECISION_ORDER, Results
@@ -19,6 +21,12 @@ DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
 PIXEL_RATIO = 2              # charts are rendered at 2x for sharp text on high-dpi screens
 NUMBER_CELL = "text-align:right;white-space:nowrap"
 TEXT_CELL = "text-align:left"
+DEFAULT_TITLE = "Benchmark report"
+TABLE_PAGE_ROWS = 25         # a longer table gets pages, a search box and a page-length menu
+# Text reads from the left, numbers line up on the right (JupyterLab's style puts every cell right).
+TABLE_CSS = (".dt-container table.dataTable th, .dt-container table.dataTable td {text-align: left} "
+             ".dt-container table.dataTable th.dt-type-numeric {text-align: right} "
+             ".dt-container table.dataTable td.dt-type-numeric {text-align: right; white-space: nowrap}")
 
 
 def esc(value) -> str:
@@ -45,7 +53,8 @@ def paragraph(text: str) -> None:
 
 
 def table_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -> str:
-    """An HTML table with every cell escaped; numbers formatted for reading and right-aligned.
+    """A static HTML table (for a page without scripts; the report's tables are datatable_html), every
+    cell escaped, numbers formatted for reading and right-aligned.
 
     `columns` maps column -> header (and picks and orders the columns shown).
     """
@@ -72,21 +81,66 @@ def cell_text(value, numeric: bool) -> str:
 
 
 def show_table(table: pd.DataFrame, columns: dict[str, str] | None = None) -> None:
-    show_html(table_html(table, columns))
+    show_html(datatable_html(table, columns))
+
+
+def init_tables() -> None:
+    """Embed the table library (DataTables, shipped in itables) in the notebook once, before any table:
+    every table after it sorts and filters in the browser, with nothing loaded from the network."""
+    init_notebook_mode(all_interactive=False, connected=False)
+
+
+def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -> str:
+    """A table that sorts (click a header) and, past TABLE_PAGE_ROWS rows, pages and searches.
+
+    Every cell is escaped (itables' allow_html stays off). Numbers read as num_text writes them and
+    sort by value: itables sends each float as [text, number], the text from pandas' float_format.
+    `columns` maps column -> header (and picks and orders the columns shown).
+    """
+    if columns:
+        table = table[[c for c in columns if c in table.columns]].rename(columns=columns)
+    shown = pd.DataFrame({i: _cells(table.iloc[:, i]) for i in range(table.shape[1])}, index=range(len(table)))
+    shown.columns = [str(c) for c in table.columns]
+    pages = [[TABLE_PAGE_ROWS, 100, -1], [TABLE_PAGE_ROWS, 100, "all"]]
+    with pd.option_context("display.float_format", num_text):
+        return to_html_datatable(shown, connected=False, allow_html=False, showIndex=False, maxBytes=0,
+                                 classes="display compact", style="width:auto;margin:0", lengthMenu=pages,
+                                 pageLength=TABLE_PAGE_ROWS, display_logo_when_loading=False, css=TABLE_CSS,
+                                 text_in_header_can_be_selected=False)  # a click anywhere on a header sorts
+
+
+def _cells(column: pd.Series) -> np.ndarray | list:
+    """Numbers as floats (formatted and sorted by the table), yes/no for booleans, text for the rest."""
+    values = column.to_numpy()
+    if pd.api.types.is_bool_dtype(column):
+        return ["yes" if v else "no" for v in values]
+    if pd.api.types.is_numeric_dtype(column):
+        # A missing number is sent as -inf: num_text shows it as an empty cell (pandas would write
+        # "NaN", its float_format is not called for a missing value) and it sorts below every
+        # number, as DataTables sorts an empty numeric cell.
+        numbers = column.astype(float)
+        return numbers.where(numbers.notna(), -np.inf).to_numpy()
+    return [cell_text(v, isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)))
+            for v in values]
 
 
 def show_figure(fig, alt: str) -> None:
-    """Embed a chart as a 2x PNG shown at its natural size (base64 in the page: it opens offline)."""
+    """Show a chart as a PNG at 2x (sharp text on high-dpi screens) and as an SVG, with `alt` as its text.
+
+    The report embeds the PNG (report.py prefers it); JupyterLab shows the SVG, or the PNG in a
+    notebook that is not trusted (an image output always shows; HTML may be sanitized)."""
     import base64
 
     import matplotlib.pyplot as plt
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DISPLAY_DPI * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
+    from IPython.display import display
+    png, svg = io.BytesIO(), io.StringIO()
+    fig.savefig(png, format="png", dpi=DISPLAY_DPI * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
+    fig.savefig(svg, format="svg", bbox_inches="tight", facecolor="white")
     plt.close(fig)
-    png = buffer.getvalue()
+    png = png.getvalue()
     width_px = int.from_bytes(png[16:20], "big") // PIXEL_RATIO  # the PNG IHDR chunk holds the width
-    show_html(f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{width_px}" '
-              f'style="max-width:100%;height:auto" alt="{esc(alt)}">')
+    display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": svg.getvalue(), "text/plain": alt},
+            metadata={"image/png": {"width": width_px}}, raw=True)
 
 
 def section(func):

@@ -9,17 +9,17 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
-from bench_core.results.rows import error_message
+from bench_core.results.rows import (  # noqa: F401 - WORKLOAD and machine_label re-exported
+    WORKLOAD,
+    error_message,
+    machine_label,
+)
 from bench_core.summary.text import int_text, is_present, short_list
 
 PRECISION_ORDER = ["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
 EMULATED = "emulated"  # capability.EMULATED, spelled here so the summary never imports torch
 EMULATED_SUFFIX = " (emulated)"
 MODE_ORDER = ["train", "infer"]
-
-
-# What identifies a workload: the same workload on two machines is comparable.
-WORKLOAD = ["model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last"]
 
 
 NUMERIC = [
@@ -29,10 +29,10 @@ NUMERIC = [
     "timed_s", "samples_per_s", "samples_per_s_per_device", "batches_per_s", "mpx_per_s", "mvox_per_s", "s_per_iter",
     "step_time_ms_median", "step_time_ms_mean", "step_time_ms_std", "step_time_ms_p5", "step_time_ms_p95",
     "step_time_cv", "first_step_ms", "compile_s", "warmup_s", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes",
-    "peak_rss_bytes", "loss_final", "threads", "power_w_mean", "power_w_max", "energy_j", "gpu_util_pct_mean",
-    "sm_clock_mhz_mean", "sm_clock_mhz_min", "gpu_mem_used_bytes", "gpu_temp_c_max", "cpu_util_pct_mean",
-    "flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "samples_per_j", "j_per_1k_samples",
-    "samples_per_s_per_w", "cost_per_million_samples",
+    "peak_rss_bytes", "params_count", "loss_final", "threads", "power_w_mean", "power_w_max", "energy_j",
+    "gpu_util_pct_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "gpu_mem_used_bytes", "gpu_temp_c_max",
+    "cpu_util_pct_mean", "flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "samples_per_j",
+    "j_per_1k_samples", "samples_per_s_per_w", "cost_per_million_samples",
 ]
 
 
@@ -47,11 +47,14 @@ ENVIRONMENT_FIELDS = [
 
 @dataclass
 class Results:
-    """Every row of every result directory, plus one-line notes on what is missing or odd."""
+    """Every row of every result directory, plus one-line notes on what is missing or odd.
+
+    `names` are the directories as the report shows them (dir_names): rows carry theirs in result_dir."""
 
     rows: pd.DataFrame
     dirs: list[Path]
     notes: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -65,22 +68,23 @@ class Results:
 def load_results(result_dirs) -> Results:
     """Read DIR/results.csv of each directory (as text, then typed); never fails on odd content."""
     dirs = [Path(d) for d in ([result_dirs] if isinstance(result_dirs, (str, Path)) else result_dirs)]
+    names = dir_names(dirs)
     frames, notes = [], []
     expected = results.columns()
-    for d in dirs:
-        frame = _read_csv(d / "results.csv", notes)
+    for d, name in zip(dirs, names):
+        frame = _read_csv(d / "results.csv", name, notes)
         if frame is None:
             continue
         if frame.empty:
-            notes.append(f"{d}: results.csv has no rows yet.")
+            notes.append(f"{name}: results.csv has no rows yet.")
             continue
         missing = [c for c in expected if c not in frame.columns]
         if missing:
             versions = ", ".join(sorted(set(frame.get("schema_version", pd.Series(["?"])).fillna("?").astype(str))))
-            notes.append(f"{d}: rows of schema version {versions} lack {len(missing)} of the current "
+            notes.append(f"{name}: rows of schema version {versions} lack {len(missing)} of the current "
                          f"(v{results.SCHEMA_VERSION}) columns: {short_list(missing)}; sections that need them "
                          "say so.")
-        frame["result_dir"] = str(d)
+        frame["result_dir"] = name
         frames.append(frame)
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=expected + ["result_dir"])
     rows = typed_rows(rows.reindex(columns=list(dict.fromkeys(expected + list(rows.columns)))))
@@ -92,7 +96,16 @@ def load_results(result_dirs) -> Results:
         notes.append(f"{impossible} row(s) marked ok hold impossible numbers (a throughput that is not a positive "
                      "finite number, an infinite or negative time): shown as invalid under Failures and left out "
                      "of every table, chart and comparison.")
-    return Results(rows=rows, dirs=dirs, notes=notes)
+    return Results(rows=rows, dirs=dirs, notes=notes, names=names)
+
+
+def dir_names(dirs: list[Path]) -> list[str]:
+    """Each directory by its folder name (a report never shows a local path), with the parent's
+    name where two share one (a/lab, b/lab), and a number where that is not enough."""
+    paths = [Path(d).resolve() for d in dirs]
+    names = [p.name or str(p) for p in paths]
+    names = [f"{p.parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    return [f"{n} ({i + 1})" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
 # A finished measurement has a positive, finite throughput; no measured column is infinite and
@@ -123,9 +136,9 @@ def mark_impossible(rows: pd.DataFrame) -> int:
     return int(invalid.sum())
 
 
-def _read_csv(path: Path, notes: list[str]) -> pd.DataFrame | None:
+def _read_csv(path: Path, name: str, notes: list[str]) -> pd.DataFrame | None:
     if not path.is_file():
-        notes.append(f"{path.parent}: no results.csv (nothing has finished there yet).")
+        notes.append(f"{name}: no results.csv (nothing has finished there yet).")
         return None
     bad_lines: list = []
     try:
@@ -133,12 +146,13 @@ def _read_csv(path: Path, notes: list[str]) -> pd.DataFrame | None:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], engine="python",
                             on_bad_lines=lambda line: bad_lines.append(line) and None)
         if bad_lines:
-            notes.append(f"{path.parent}: {len(bad_lines)} malformed line(s) of results.csv skipped.")
+            notes.append(f"{name}: {len(bad_lines)} malformed line(s) of results.csv skipped.")
         return frame
     except pd.errors.EmptyDataError:
-        notes.append(f"{path.parent}: results.csv is empty.")
+        notes.append(f"{name}: results.csv is empty.")
     except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
-        notes.append(f"{path.parent}: results.csv could not be read ({error_message(exc)}).")
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else error_message(exc)  # no path
+        notes.append(f"{name}: results.csv could not be read ({reason}).")
     return None
 
 
@@ -161,13 +175,6 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     rows["machine"] = [machine_label(r) for r in rows.to_dict("records")]
     rows["config"] = [config_label(r) for r in rows.to_dict("records")]
     return rows
-
-
-def machine_label(row: dict) -> str:
-    names = ("device_name", "gpu_name", "cpu_model", "device_type")
-    device = next((str(row[k]) for k in names if is_present(row.get(k))), "unknown device")
-    host = str(row["host"]) if is_present(row.get("host")) else "unknown host"
-    return f"{device} · {host}"
 
 
 def config_label(row: dict) -> str:

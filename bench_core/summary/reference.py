@@ -1,4 +1,5 @@
-"""Published figures (bench_core/data/reference.csv) matched against our rows.
+"""Published figures (bench_core/data/reference.csv) matched against our rows, and ours compared
+with each: with a 95 % interval where the published figure has a spread, a plain ratio where not.
 """
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ import importlib.resources
 import math
 import re
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
+from bench_core.results.comparison import (
+    CONFIDENCE,
+    MIN_EFFECT,
+    Comparison,
+    decide,
+    usable,
+)
 from bench_core.summary.load import WORKLOAD, Results
-from bench_core.summary.text import is_present
+from bench_core.summary.text import is_number, is_present, num_text
 
 
 @functools.cache
@@ -33,33 +43,69 @@ def gpu_matches(device_name, gpu_match: str) -> bool:
 
 
 def reference_matches(res: Results) -> pd.DataFrame:
-    """Our median beside each published figure with the same GPU, model, mode, precision, input and devices."""
+    """Our repeats beside each published figure with the same GPU, model, mode, precision, input and
+    devices: our median and IQR, the published value, and ours over published (see published_comparison)."""
     ok = res.ok
     if ok.empty:
         return pd.DataFrame()
     ref = load_reference()
     keys = ["machine", "device_name", *WORKLOAD]
-    med = ok.groupby(keys, dropna=False).agg(samples_per_s=("samples_per_s", "median"),
-                                             s_per_iter=("s_per_iter", "median"),
-                                             mvox_per_s=("mvox_per_s", "median")).reset_index()
     out = []
-    for ours in med.to_dict("records"):
+    for key, group in ok.groupby(keys, dropna=False, sort=False):
+        ours = dict(zip(keys, key))
         for r in ref.to_dict("records"):
             if (r["model"] == ours["model"] and r["mode"] == ours["mode"]
                     and ours["precision"] in r["match_precisions"].split()
                     and r["input_shape"] == ours["input_shape"] and r["gpus"] == ours["world_size"]
                     and gpu_matches(ours["device_name"], r["gpu_match"])):
-                value = ours.get(r["metric"])
-                higher_better = r["metric"] != "s_per_iter"
-                speed = (value / r["value"] if higher_better else r["value"] / value) if value else math.nan
+                values = group[r["metric"]].dropna()
+                c = published_comparison(values, r["value"], r["value_std"], higher_better=r["metric"] != "s_per_iter")
                 out.append({"machine": ours["machine"], "model": ours["model"], "mode": ours["mode"],
                             "precision": ours["precision"], "input_shape": ours["input_shape"],
                             "devices": ours["world_size"], "batch_size": ours["batch_size"],
-                            "ours": value, "source": r["source"], "gpu": r["gpu"],
+                            "ours": values.median() if len(values) else math.nan,
+                            "ours_iqr": (f"{num_text(values.quantile(0.25))} – {num_text(values.quantile(0.75))}"
+                                         if len(values) else ""), "repeats": len(values),
+                            "source": r["source"], "gpu": r["gpu"],
                             "published_precision": r["precision"], "published_batch_size": r["batch_size"],
                             "published": r["value"], "published_std": r["value_std"], "unit": r["unit"],
-                            "ours_vs_published": speed, "note": r["note"], "url_or_citation": r["url_or_citation"]})
+                            "ours_vs_published": c["ratio"], "low": c["low"], "high": c["high"],
+                            "verdict": c["verdict"], "comparison": c["text"], "note": r["note"],
+                            "url_or_citation": r["url_or_citation"]})
     return pd.DataFrame(out)
+
+
+def published_comparison(ours, published: float, published_std: float = math.nan, *,
+                         higher_better: bool = True) -> dict:
+    """Our repeats against one published figure: ratio (above 1: ours is faster), 95 % interval,
+    verdict and text.
+
+    A published figure with a spread (mean ± std, the 3D UNet benchmarks) gets an interval: on log
+    scale, our repeats' variance of the mean plus the published relative std squared, with Student's
+    t at our repeats' degrees of freedom. Both choices err wide: the std is of single iterations and
+    their count is not published, so it overstates the uncertainty of the published mean; and our
+    degrees of freedom are the fewest Welch's could give. A single published number has no spread,
+    so there is no interval: the plain ratio of our median to it, labelled as such.
+    """
+    values = usable(ours)
+    sign = 1.0 if higher_better else -1.0
+    if not len(values) or not (is_number(published) and published > 0):
+        return {"ratio": math.nan, "low": math.nan, "high": math.nan, "verdict": "no data", "text": "no data"}
+    if not is_number(published_std) or published_std < 0:
+        ratio = (float(np.median(values)) / published) ** sign
+        return {"ratio": ratio, "low": math.nan, "high": math.nan, "verdict": "no interval",
+                "text": f"ratio {ratio:.2f} (published figure has no spread: no interval)"}
+    logs = np.log(values)
+    shift = sign * (logs.mean() - math.log(published))
+    ratio = math.exp(shift)
+    if len(values) < 2:
+        c = Comparison(ratio, None, None, "too few repeats", "one repeat of ours", 1, len(values))
+    else:
+        half = stats.t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1) * math.sqrt(
+            logs.var(ddof=1) / len(values) + (published_std / published) ** 2)
+        c = decide(ratio, math.exp(shift - half), math.exp(shift + half), 1, len(values), MIN_EFFECT, CONFIDENCE)
+    return {"ratio": ratio, "low": c.low if c.has_interval else math.nan,
+            "high": c.high if c.has_interval else math.nan, "verdict": c.verdict, "text": c.text()}
 
 
 def reference_scaling() -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """`bench report DIR...`: execute notebooks/summary.ipynb over result directories and render one HTML file.
 
-Nothing is re-run: the summary reads each DIR/results.csv. The HTML has no code, its charts are
-embedded, and it opens offline. `build_report` is what `bench sweep` calls at its end.
+Nothing is re-run: the summary reads each DIR/results.csv. The HTML has no code, its charts and its
+table library are embedded, and nothing in it is loaded from the network: it opens offline.
+`build_report` is what `bench sweep` calls at its end.
 """
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ import tempfile
 from pathlib import Path
 
 from bench_core.files import atomic_write_text, shipped_notebook
+from bench_core.summary.html import DEFAULT_TITLE
 
 SUMMARY_NOTEBOOK = shipped_notebook("summary.ipynb")
-HIDDEN_TAGS = {"parameters", "injected-parameters"}  # the report reader has no use for them
+# The report reader has no use for the parameters, nor for the notebook's own instructions.
+HIDDEN_TAGS = {"parameters", "injected-parameters", "notebook-only"}
+# nbconvert's "lab" template without its CDN scripts (require.js, MathJax, Mermaid): see its index.html.j2.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "offline"
+# A chart is shown as PNG and SVG: the report embeds the PNG (smaller, and the same pixels everywhere).
+DISPLAY_PRIORITY = ["text/html", "text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/plain"]
 CELL_TIMEOUT_S = 600
 
 
@@ -63,7 +71,8 @@ def _umask() -> int:
 
 
 def write_html(executed_notebook: Path, out_html: Path, title: str = "") -> Path:
-    """One self-contained HTML file: no code, no prompts, no parameter cells, images embedded."""
+    """One self-contained HTML file: no code, no prompts, no parameter or instruction cells, images and
+    scripts embedded, nothing loaded from the network."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
@@ -73,13 +82,14 @@ def write_html(executed_notebook: Path, out_html: Path, title: str = "") -> Path
     config = Config()
     config.TagRemovePreprocessor.remove_cell_tags = HIDDEN_TAGS
     config.TagRemovePreprocessor.enabled = True
-    exporter = HTMLExporter(config=config, template_name="lab")
+    config.NbConvertBase.display_data_priority = DISPLAY_PRIORITY
+    exporter = HTMLExporter(config=config, template_name=TEMPLATE, extra_template_basedirs=[str(TEMPLATES)])
     exporter.exclude_input = True
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     exporter.embed_images = True
     exporter.register_preprocessor(TagRemovePreprocessor(config=config), enabled=True)
     notebook = nbformat.read(executed_notebook, as_version=4)
-    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title or "Benchmark summary"}})
+    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title or DEFAULT_TITLE}})
     atomic_write_text(out_html, body)
     return out_html

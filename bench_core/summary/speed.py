@@ -1,14 +1,14 @@
-"""The report's sections on speed: overview, headline, relative speed, throughput, AMP, batch size, memory.
+"""The report's sections on speed: headline, relative speed, throughput, AMP, compile and channels_last,
+batch size, memory. Every comparison states its 95 % interval and verdict (summary.effects).
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from bench_core.summary.effects import settings_effects
 from bench_core.summary.html import (
     chart_rows,
     columns_for,
-    date_range,
     drop_constant,
     esc,
     label_columns,
@@ -23,6 +23,7 @@ from bench_core.summary.html import (
     show_table,
 )
 from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
+from bench_core.summary.ratio_chart import show_ratio_chart
 from bench_core.summary.tables import (
     KNEE_FRACTION,
     amp_speedup_table,
@@ -33,37 +34,7 @@ from bench_core.summary.tables import (
     peak_memory_mib,
     relative_speed,
 )
-from bench_core.summary.text import num_text, wrap_text
-
-
-@section
-def show_overview(res: Results, title: str = "") -> None:
-    rows = res.rows
-    lines = [f"<p><strong>{esc(title)}</strong></p>" if title else ""]
-    if rows.empty:
-        lines.append(f"<p>No result rows in {esc(', '.join(str(d) for d in res.dirs))}: every section below "
-                     "says what is missing. Run <code>bench sweep</code> or <code>bench run --out DIR</code> "
-                     "first.</p>")
-    else:
-        counts = rows["status"].value_counts()
-        status = ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
-        lines.append(f"<p>{len(rows)} result rows ({status}) from {len(res.dirs)} result "
-                     f"director{'y' if len(res.dirs) == 1 else 'ies'}, {len(res.machines)} machine"
-                     f"{'' if len(res.machines) == 1 else 's'}, {rows['config'].nunique()} configurations. "
-                     "Throughput is the median over repeats; the spread is the interquartile range of the "
-                     "repeats.</p>")
-    show_html("".join(lines))
-    per_dir = []
-    for d in res.dirs:
-        in_dir = rows[rows["result_dir"] == str(d)]
-        per_dir.append({"result directory": str(d), "rows": len(in_dir), "ok": int((in_dir["status"] == "ok").sum()),
-                        "not ok": int((in_dir["status"] != "ok").sum()),
-                        "machines": " | ".join(dict.fromkeys(in_dir["machine"])),
-                        "measured (UTC)": date_range(in_dir["timestamp"]),
-                        "schema versions": ", ".join(num_text(v) for v in sorted(set(in_dir["schema_version"].dropna())))})
-    show_table(pd.DataFrame(per_dir))
-    for text in res.notes:
-        note(text)
+from bench_core.summary.text import num_text, short_list, wrap_text
 
 
 @section
@@ -89,42 +60,40 @@ def show_headline(res: Results) -> None:
 
 @section
 def show_relative_speed(res: Results, baseline: str | None = None) -> None:
-    med, per_machine, chosen, why = relative_speed(res, baseline)
-    if med.empty:
+    table, per_machine, chosen, why = relative_speed(res, baseline)
+    if res.ok["machine"].nunique() < 2:
         note(f"One machine only ({chosen or 'none'}): add another machine's result directory "
              "(bench report DIR_A DIR_B) to compare them here." if chosen else "No successful rows to compare.")
         return
-    items = "".join(
-        f"<li><strong>{esc(r['machine'])}</strong> runs at <strong>{r['speed_vs_baseline']:.2f}×</strong> the "
-        f"baseline's throughput (geometric mean over {r['shared_configs']} shared configuration"
-        f"{'' if r['shared_configs'] == 1 else 's'}; range {r['min']:.2f}× – {r['max']:.2f}×)</li>"
-        for r in per_machine.to_dict("records"))
+    items = "".join(f"<li><strong>{esc(r['machine'])}</strong>: {esc(r['summary'])}.</li>"
+                    for r in per_machine.to_dict("records"))
     items = items or "<li>No configuration ran on both the baseline and another machine.</li>"
-    show_html(f"<p>Baseline: <strong>{esc(chosen)}</strong> ({esc(why)}).</p><ul>{items}</ul>")
-    ratio = med.div(med[chosen], axis=0)
-    shown = ratio.dropna(how="all")
-    if not shown.empty:
-        _relative_heatmap(shown)
-    table = med.reset_index()
-    for m in med.columns:
-        table[m] = [f"{num_text(v)} ({r:.2f}×)" if pd.notna(r) else num_text(v) for v, r in zip(med[m], ratio[m])]
-    table.columns = ["configuration", *[f"{m}: samples/s (× baseline)" for m in med.columns]]
-    show_table(table)
+    show_html(f"<p>Baseline: <strong>{esc(chosen)}</strong> ({esc(why)}). Each ratio is a machine's throughput "
+              "over the baseline's for the same configuration (above 1: faster), with its 95 % interval from the "
+              "repeats of both; the verdict and the interval are explained under Method. Against the baseline:</p>"
+              f"<ul>{items}</ul>")
+    if table.empty:
+        return
+    several = table["machine"].nunique() > 1
+    show_ratio_chart(table, [f"{c} · {m}" if several else c for c, m in zip(table["config"], table["machine"])],
+                     "Throughput relative to the baseline: ratio and 95 % interval",
+                     "Point chart: each machine's throughput over the baseline's per configuration, with intervals",
+                     xlabel="× the baseline's throughput (log scale; above 1 is faster)")
+    few_repeats_note(table, "config")
+    show_table(table, {"config": "configuration", "machine": "machine", "baseline_median": "baseline samples/s",
+                       "median": "samples/s", "text": "× baseline [95% CI], verdict",
+                       "n_baseline": "baseline repeats", "n_candidate": "repeats"})
 
 
-def _relative_heatmap(ratio: pd.DataFrame) -> None:
-    """Configurations x machines, each cell the speed over the baseline; blue faster, red slower."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-    fig, ax = plt.subplots(figsize=(2.2 + 1.9 * len(ratio.columns), 1.0 + 0.42 * len(ratio)))
-    annot = ratio.map(lambda v: "" if pd.isna(v) else f"{v:.2f}×")
-    log_ratio = np.log2(ratio.astype(float))
-    limit = max(1.0, float(np.nanmax(np.abs(log_ratio.to_numpy()))))
-    sns.heatmap(log_ratio, annot=annot, fmt="", cmap="RdBu", center=0, vmin=-limit, vmax=limit, cbar=False,
-                linewidths=0.5, ax=ax)
-    ax.set(xlabel="", ylabel="", title="Throughput relative to the baseline (median samples/s; >1 is faster)")
-    ax.set_xticklabels([wrap_text(t.get_text()) for t in ax.get_xticklabels()], rotation=0)
-    show_figure(fig, "Heatmap: throughput of each machine relative to the baseline, per configuration")
+def few_repeats_note(table: pd.DataFrame, label: str) -> None:
+    """Name the comparisons drawn hollow: a ratio without an interval is not a finding."""
+    few = table[table["verdict"] == "too few repeats"]
+    if len(few) == len(table):
+        note("Too few repeats for an interval in every comparison here (hollow markers): each side needs at least "
+             "2 repeats, so these ratios are not findings.")
+    elif len(few):
+        note(f"Too few repeats for an interval (hollow markers; each side needs at least 2 repeats): "
+             f"{short_list(dict.fromkeys(few[label]))}.")
 
 
 @section
@@ -157,7 +126,6 @@ def show_throughput(res: Results) -> None:
 
 @section
 def show_amp_speedup(res: Results) -> None:
-    import seaborn as sns
     table = amp_speedup_table(res)
     if table.empty:
         note("No AMP speed-up: it needs fp32 and a reduced precision (amp-fp16, amp-bf16, fp16, bf16, tf32) "
@@ -165,25 +133,46 @@ def show_amp_speedup(res: Results) -> None:
         for line in emulation_notes(res, table):
             paragraph(line)
         return
-    table = table.assign(label=label_columns(table))
     several = table["machine"].nunique() > 1
-    g = sns.catplot(data=table, kind="bar", x="label", y="speedup", hue="precision", col="mode",
-                    row="machine" if several else None, order=sorted(table["label"].unique()),
-                    hue_order=ordered(table["precision"], PRECISION_ORDER), col_order=ordered(table["mode"], MODE_ORDER),
-                    errorbar=None, height=3.2, aspect=max(1.2, 0.3 * table["label"].nunique()), sharey=True)
-    for ax in g.axes.flat:
-        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
-        for container in ax.containers:
-            ax.bar_label(container, fmt="%.2f×", fontsize=8, padding=2)
-    g.set_axis_labels("", "speed-up over fp32 (×)")
-    g.set_titles("{col_name}" if not several else "{row_name} · {col_name}")
-    rotate_ticks(g)
-    show_figure(g.figure, "Speed-up of each reduced precision over fp32")
+    table = table.assign(label=[f"{w} · {m}" if several else w for w, m in
+                                zip(label_columns(table, always=("mode", "precision")), table["machine"])])
+    show_ratio_chart(table, list(table["label"]), "Speed-up of each reduced precision over fp32: ratio and 95 % interval",
+                     "Point chart: speed-up of each reduced precision over fp32, with intervals",
+                     xlabel="speed-up over fp32 (log scale; above 1 is faster)")
+    few_repeats_note(table, "label")
     show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                        "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
-                       "fp32": "fp32 samples/s", "samples_per_s": "samples/s", "speedup": "speed-up over fp32"}))
+                       "fp32": "fp32 samples/s", "samples_per_s": "samples/s",
+                       "text": "speed-up over fp32 [95% CI], verdict", "n_baseline": "fp32 repeats",
+                       "n_candidate": "repeats"}))
     for line in emulation_notes(res, table):
         paragraph(line)
+
+
+@section
+def show_settings_effects(res: Results) -> None:
+    table = settings_effects(res)
+    if table.empty:
+        note("No torch.compile or channels_last comparison: no workload here ran both with and without compile, "
+             "or both with and without channels_last, on the same machine (a sweep grid with compile: [off, "
+             "default] or channels_last: [false, true] gives one).")
+        return
+    several = table["machine"].nunique() > 1
+    other = [(" channels_last" if cl is True else "") if s.startswith("compile") else
+             (f" compile={c}" if c != "off" else "") for s, c, cl in
+             zip(table["setting"], table["compile"], table["channels_last"])]
+    workload = label_columns(table, always=("mode", "precision"), never=("compile", "channels_last"))
+    table = table.assign(workload=[w + o + (f" · {m}" if several else "")
+                                   for w, o, m in zip(workload, other, table["machine"])])
+    if len(table) > 3:
+        show_ratio_chart(table, [f"{s}: {w}" for s, w in zip(table["setting"], table["workload"])],
+                         "With the setting over without: ratio and 95 % interval",
+                         "Point chart: throughput with torch.compile or channels_last over without, with intervals",
+                         xlabel="× the throughput without the setting (log scale; above 1 is faster)")
+    few_repeats_note(table, "workload")
+    show_table(table, {"setting": "setting", "workload": "workload", "baseline_median": "without: samples/s",
+                       "median": "with: samples/s", "text": "with / without [95% CI], verdict",
+                       "n_baseline": "repeats without", "n_candidate": "repeats with"})
 
 
 @section

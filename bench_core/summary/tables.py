@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from bench_core.summary.effects import compare_variants, verdict_summary
 from bench_core.summary.html import sort_table
 from bench_core.summary.load import (
     EMULATED_SUFFIX,
@@ -41,26 +42,28 @@ def peak_memory_mib(rows: pd.DataFrame) -> pd.Series:
 
 
 def relative_speed(res: Results, baseline: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str | None, str]:
-    """Median samples/s of each workload per machine, and each machine's speed over the baseline's.
+    """Each machine against the baseline machine, per configuration both ran, from their repeats:
+    ratio of geometric means, 95 % interval and verdict (see results.comparison).
 
-    Returns (per-workload table, per-machine summary, baseline label, note about the baseline choice).
+    Returns (one row per configuration and machine, per-machine summary, baseline label, note about
+    the baseline choice).
     """
     ok = res.ok
     machines = list(dict.fromkeys(ok["machine"]))
     if len(machines) < 2:
         return pd.DataFrame(), pd.DataFrame(), (machines[0] if machines else None), ""
     chosen, why = _pick_baseline(res, machines, baseline)
-    med = ok.pivot_table(index="config", columns="machine", values="samples_per_s", aggfunc="median")
-    med = med.reindex(columns=machines)
-    ratio = med.div(med[chosen], axis=0)
+    table = sort_table(compare_variants(ok, "machine", chosen, keys=["config", *WORKLOAD]))
     summary = []
     for m in machines:
-        shared = ratio[m].dropna()
-        if m == chosen or shared.empty:
+        mine = table[table["machine"] == m]
+        if m == chosen or mine.empty:
             continue
-        summary.append({"machine": m, "speed_vs_baseline": float(np.exp(np.log(shared).mean())),
-                        "min": float(shared.min()), "max": float(shared.max()), "shared_configs": len(shared)})
-    return med, pd.DataFrame(summary), chosen, why
+        ratios = mine["ratio"].dropna()
+        summary.append({"machine": m, "speed_vs_baseline": float(np.exp(np.log(ratios).mean())),
+                        "min": float(ratios.min()), "max": float(ratios.max()), "shared_configs": len(mine),
+                        "summary": verdict_summary(mine)})
+    return table, pd.DataFrame(summary), chosen, why
 
 
 def _pick_baseline(res: Results, machines: list[str], wanted: str | None) -> tuple[str, str]:
@@ -73,25 +76,24 @@ def _pick_baseline(res: Results, machines: list[str], wanted: str | None) -> tup
                "using the first result directory's machine instead")
     else:
         why = "the first result directory's machine (set the baseline parameter to choose another)"
-    for d in res.dirs:
-        in_dir = res.ok[res.ok["result_dir"] == str(d)]["machine"]
+    for name in res.names:
+        in_dir = res.ok[res.ok["result_dir"] == name]["machine"]
         if len(in_dir):
             return in_dir.iloc[0], why
     return machines[0], why
 
 
 def amp_speedup_table(res: Results) -> pd.DataFrame:
-    """Median throughput of each reduced precision over fp32 on the same machine and workload."""
+    """Each reduced precision against fp32 of the same workload on the same machine, from the
+    repeats: medians of both, speed-up (ratio of geometric means), its interval and verdict."""
     ok = res.ok
-    keys = ["machine", *[k for k in WORKLOAD if k != "precision"]]
     if ok.empty or "fp32" not in set(ok["precision"]):
         return pd.DataFrame()
-    med = ok.groupby([*keys, "precision"], dropna=False)["samples_per_s"].median().reset_index()
-    base = med[med["precision"] == "fp32"].drop(columns="precision").rename(columns={"samples_per_s": "fp32"})
-    other = med[med["precision"] != "fp32"]
-    table = other.merge(base, on=keys, how="inner")
-    table["speedup"] = table["samples_per_s"] / table["fp32"]
-    return sort_table(table)
+    table = compare_variants(ok, "precision", "fp32")
+    if table.empty:
+        return pd.DataFrame()
+    table = table.rename(columns={"baseline_median": "fp32", "median": "samples_per_s"})
+    return sort_table(table.assign(speedup=table["ratio"]))
 
 
 def emulation_notes(res: Results, speedups: pd.DataFrame) -> list[str]:
@@ -108,11 +110,11 @@ def emulation_notes(res: Results, speedups: pd.DataFrame) -> list[str]:
                         f"workloads), {1 / mine.median():.1f}× slower")
         lines.append(f"{machine}: {precision}: {reason}{cost}. These rows show what emulation costs, not what the "
                      "hardware can do in that precision.")
-    for d in res.dirs:
+    for d, name in zip(res.dirs, res.names):
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             for skip in json.loads((d / "plan.json").read_text()).get("skipped") or []:
                 what = " ".join(filter(None, (skip["precision"], skip.get("mode"))))  # mode: since schema v3
-                lines.append(f"{d.name}: {what} was not run on {skip['device']} "
+                lines.append(f"{name}: {what} was not run on {skip['device']} "
                              f"({skip['configurations']} configurations): {skip['reason']}.")
     return lines
 
@@ -149,7 +151,8 @@ def knee_points(curves: pd.DataFrame, fraction: float = KNEE_FRACTION) -> pd.Dat
 
 
 def scaling_table(res: Results) -> pd.DataFrame:
-    """DLPerf-style: devices, throughput, speed-up over 1 device, scaling efficiency (speed-up / N)."""
+    """DLPerf-style: devices, throughput, speed-up over 1 device (ratio of geometric means of the
+    repeats, with its 95 % interval and verdict) and scaling efficiency (speed-up / N, interval / N)."""
     ok = res.ok
     if ok.empty or ok["world_size"].nunique() < 2:
         return pd.DataFrame()
@@ -159,16 +162,33 @@ def scaling_table(res: Results) -> pd.DataFrame:
         nodes=("nnodes", "max"), samples_per_s=("samples_per_s", "median"),
         samples_per_s_per_device=("samples_per_s_per_device", "median"),
         repeats=("samples_per_s", "count")).reset_index()
-    out = []
-    for _, group in med.groupby(keys, dropna=False, sort=False):
-        if group["world_size"].nunique() < 2:
-            continue
-        one = group[group["world_size"] == 1]["samples_per_s"]
-        base = float(one.iloc[0]) if len(one) else math.nan
-        group = group.assign(speedup=group["samples_per_s"] / base)
-        group["efficiency"] = group["speedup"] / group["world_size"]
-        out.append(group.sort_values("world_size"))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+    curves = [group.sort_values("world_size") for _, group in med.groupby(keys, dropna=False, sort=False)
+              if group["world_size"].nunique() >= 2]
+    if not curves:
+        return pd.DataFrame()
+    speedups = compare_variants(ok, "world_size", 1, keys=keys)
+    table = pd.concat(curves, ignore_index=True).merge(
+        speedups[[*keys, "world_size", "ratio", "low", "high", "verdict", "text"]], on=[*keys, "world_size"],
+        how="left")
+    one = table["world_size"] == 1
+    table["speedup"] = table["ratio"].where(~one, 1.0)
+    table["text"] = table["text"].where(~one, "1 device: the reference")
+    for name, source in (("efficiency", "speedup"), ("efficiency_low", "low"), ("efficiency_high", "high")):
+        table[name] = table[source] / table["world_size"]
+    table["efficiency_text"] = [efficiency_text(n, e, lo, hi) for n, e, lo, hi in zip(
+        table["world_size"], table["efficiency"], table["efficiency_low"], table["efficiency_high"])]
+    return table.drop(columns="ratio")
+
+
+def efficiency_text(devices, efficiency, low, high) -> str:
+    """'0.90 [0.84-0.97]', '0.90 (too few repeats for an interval)', or '' when there is no 1-device run."""
+    if devices == 1:
+        return "1 (the reference)"
+    if not np.isfinite(efficiency):
+        return ""
+    if np.isfinite(low) and np.isfinite(high):
+        return f"{efficiency:.2f} [{low:.2f}-{high:.2f}]"
+    return f"{efficiency:.2f} (too few repeats for an interval)"
 
 
 def efficiency_table(res: Results) -> pd.DataFrame:
@@ -202,6 +222,19 @@ def failures_table(res: Results) -> pd.DataFrame:
     batch = rows["batch_size"].astype(object).where(rows["batch_size"].notna() | ~rows["batch_searched"], "max")
     return rows.assign(batch_size=batch)[["machine", "model", "mode", "precision", "batch_size", "repeat", "status",
                                           "message", "run_id", "result_dir"]]
+
+
+def machines_table(res: Results) -> pd.DataFrame:
+    """One line per machine: its GPUs and CPU as recorded, the device counts its runs used, its rows."""
+    out = []
+    for machine, rows in res.rows.groupby("machine", sort=False):
+        def first(name, rows=rows):
+            return next((v for v in rows[name] if is_present(v)), None) if name in rows else None
+        out.append({"machine": machine, "gpu": first("gpu_name"), "gpus": first("gpu_count"),
+                    "cpu": first("cpu_model"), "cpus": first("cpu_count"),
+                    "world_sizes": sorted(set(rows["world_size"].dropna())), "rows": len(rows),
+                    "ok": int((rows["status"] == "ok").sum())})
+    return pd.DataFrame(out)
 
 
 def environment_table(res: Results) -> pd.DataFrame:

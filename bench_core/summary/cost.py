@@ -1,0 +1,146 @@
+"""The cost frontier: which machine and precision to rent for a workload.
+
+For each workload (model, mode, input) every configuration that ran it (machine, precision,
+batch, devices, compile, channels_last) is one point: median throughput against median cost per
+million samples. A point is on the Pareto frontier when no other point is at least as fast and at
+least as cheap, and better in one. The pick is the cheapest configuration within
+`NEAR_FASTEST` of the fastest. Prices come from the rows (`price_per_hour` per device-hour).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bench_core.summary.html import (
+    label_columns,
+    note,
+    paragraph,
+    plain_log_ticks,
+    section,
+    show_figure,
+    show_table,
+)
+from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.text import num_text
+
+NEAR_FASTEST = 0.10   # "within 10 % of the fastest"
+GROUP = ["model", "mode", "input_shape"]          # what a buyer wants run
+OPTION = ["machine", *[k for k in WORKLOAD if k not in GROUP]]   # what they can choose
+
+
+def cost_points(res: Results) -> pd.DataFrame:
+    """One point per configuration with a price: median samples/s (IQR) and median cost per million samples."""
+    ok = res.ok.dropna(subset=["cost_per_million_samples", "samples_per_s"])
+    ok = ok[(ok["cost_per_million_samples"] > 0) & (ok["samples_per_s"] > 0)]
+    if ok.empty:
+        return pd.DataFrame()
+    points = ok.groupby(GROUP + [k for k in OPTION if k not in GROUP], dropna=False, sort=False).agg(
+        repeats=("samples_per_s", "count"), samples_per_s=("samples_per_s", "median"),
+        q25=("samples_per_s", lambda s: s.quantile(0.25)), q75=("samples_per_s", lambda s: s.quantile(0.75)),
+        cost_per_million_samples=("cost_per_million_samples", "median"),
+        price_per_hour=("price_per_hour", "median")).reset_index()
+    points["pareto"] = False
+    points["pick"] = False
+    for _, group in points.groupby(GROUP, dropna=False, sort=False):
+        points.loc[group.index, "pareto"] = pareto_front(group["samples_per_s"].to_numpy(),
+                                                         group["cost_per_million_samples"].to_numpy())
+        points.loc[cheapest_near_fastest(group), "pick"] = True
+    return points
+
+
+def pareto_front(speed: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """True where no other point is as fast and as cheap with one of the two strictly better."""
+    speed, cost = np.asarray(speed, float), np.asarray(cost, float)
+    dominated = [bool(np.any((speed >= s) & (cost <= c) & ((speed > s) | (cost < c)))) for s, c in zip(speed, cost)]
+    return ~np.array(dominated, dtype=bool)
+
+
+def cheapest_near_fastest(group: pd.DataFrame, near: float = NEAR_FASTEST):
+    """The index of the cheapest point whose throughput is within `near` of the fastest (ties: the faster)."""
+    fastest = group["samples_per_s"].max()
+    close = group[group["samples_per_s"] >= (1 - near) * fastest]
+    return close.sort_values(["cost_per_million_samples", "samples_per_s"], ascending=[True, False]).index[0]
+
+
+def picks_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per workload: the fastest configuration and the cheapest within NEAR_FASTEST of it."""
+    lines = []
+    for _, group in points.groupby(GROUP, dropna=False, sort=False):
+        fastest = group.loc[group["samples_per_s"].idxmax()]
+        pick = group[group["pick"]].iloc[0]
+        lines.append({**{k: pick[k] for k in GROUP}, "options": len(group), "on_frontier": int(group["pareto"].sum()),
+                      "fastest": option_text(fastest), "fastest_samples_per_s": fastest["samples_per_s"],
+                      "fastest_cost": fastest["cost_per_million_samples"],
+                      "pick": option_text(pick), "pick_samples_per_s": pick["samples_per_s"],
+                      "pick_cost": pick["cost_per_million_samples"],
+                      "slower_pct": 100 * (1 - pick["samples_per_s"] / fastest["samples_per_s"]),
+                      "cheaper_pct": 100 * (1 - pick["cost_per_million_samples"] / fastest["cost_per_million_samples"])})
+    return pd.DataFrame(lines)
+
+
+def option_text(point: pd.Series) -> str:
+    """A configuration in a few words: machine, precision and whatever else was chosen."""
+    parts = [str(point["machine"]), str(point["precision"])]
+    if pd.notna(point.get("batch_size")):
+        parts.append(f"batch {int(point['batch_size'])}")
+    if pd.notna(point.get("world_size")) and point["world_size"] > 1:
+        parts.append(f"x{int(point['world_size'])} devices")
+    if str(point.get("compile")) not in ("off", "nan", "None", ""):
+        parts.append(f"compile {point['compile']}")
+    if point.get("channels_last") is True:
+        parts.append("channels_last")
+    return ", ".join(parts)
+
+
+@section
+def show_cost_frontier(res: Results) -> None:
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    points = cost_points(res)
+    if points.empty:
+        note("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "
+             "device, or `bench run --price-per-hour`).")
+        return
+    groups = list(points.groupby(GROUP, dropna=False, sort=False))
+    columns = min(3, len(groups))
+    rows = int(np.ceil(len(groups) / columns))
+    width, height = (6.4, 4.4) if columns == 1 else (4.4, 3.6)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    hue_order = sorted(points["machine"].unique())
+    for ax, (key, group) in zip(axes.flat, groups):
+        sns.scatterplot(data=group, x="cost_per_million_samples", y="samples_per_s", hue="machine",
+                        style="precision", hue_order=hue_order, s=60, ax=ax, legend=ax is axes.flat[0])
+        ax.errorbar(group["cost_per_million_samples"], group["samples_per_s"],
+                    yerr=[group["samples_per_s"] - group["q25"], group["q75"] - group["samples_per_s"]],
+                    fmt="none", ecolor="#888", elinewidth=1, capsize=2, zorder=0)
+        front = group[group["pareto"]].sort_values("cost_per_million_samples")
+        ax.plot(front["cost_per_million_samples"], front["samples_per_s"], color="black", linewidth=1,
+                linestyle="--", zorder=0)
+        pick = group[group["pick"]].iloc[0]
+        ax.scatter([pick["cost_per_million_samples"]], [pick["samples_per_s"]], s=220, facecolors="none",
+                   edgecolors="crimson", linewidths=1.6, zorder=3)
+        ax.set(xscale="log", yscale="log", title=" · ".join(str(k) for k in key),
+               xlabel="cost per million samples (log)", ylabel="samples/s (log)")
+        plain_log_ticks(ax.xaxis)
+        plain_log_ticks(ax.yaxis)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    if axes.flat[0].get_legend():
+        sns.move_legend(axes.flat[0], "upper left", bbox_to_anchor=(0, -0.25), ncol=2, fontsize=8, frameon=False)
+    fig.suptitle("Throughput against cost. Dashed line: the Pareto frontier; red ring: the cheapest\n"
+                 f"within {NEAR_FASTEST:.0%} of the fastest; bars: interquartile range of the repeats", y=1.04)
+    fig.tight_layout()
+    show_figure(fig, "Cost frontier: throughput against cost per million samples, per workload")
+    picks = picks_table(points)
+    for line in picks.to_dict("records"):
+        paragraph(f"{line['model']} {line['mode']} {line['input_shape']}: the cheapest within "
+                  f"{NEAR_FASTEST:.0%} of the fastest is {line['pick']} ({num_text(line['pick_samples_per_s'])} "
+                  f"samples/s at {num_text(line['pick_cost'])} per million samples"
+                  + ("; it is the fastest too)." if line["pick"] == line["fastest"] else
+                     f", {line['slower_pct']:.0f} % slower and {line['cheaper_pct']:.0f} % cheaper than "
+                     f"{line['fastest']})."))
+    show_table(points.assign(label=label_columns(points), pareto=points["pareto"], pick=points["pick"]),
+               {"model": "model", "mode": "mode", "machine": "machine", "precision": "precision",
+                "batch_size": "batch / device", "world_size": "devices", "samples_per_s": "samples/s",
+                "price_per_hour": "price / device-hour", "cost_per_million_samples": "cost / million samples",
+                "pareto": "on the frontier", "pick": "pick"})

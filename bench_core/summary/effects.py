@@ -1,0 +1,85 @@
+"""What one setting does to speed, with its uncertainty: the same workload with one thing changed
+(the machine, the precision, the device count, torch.compile, channels_last), compared repeat by
+repeat with results.comparison (a ratio of geometric means, a 95 % t-interval and a verdict).
+Plain pandas, no display.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bench_core.results.comparison import compare_samples
+from bench_core.summary.load import WORKLOAD, Results
+
+COMPARED = ["baseline_median", "median", "ratio", "low", "high", "verdict", "reason", "n_baseline", "n_candidate",
+            "text"]
+# The verdicts as a summary counts them, in the order it says them.
+COUNTED = {"faster": "faster in", "slower": "slower in", "no clear difference": "no clear difference in",
+           "too few repeats": "too few repeats for an interval in"}
+
+
+def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] | None = None,
+                     value: str = "samples_per_s") -> pd.DataFrame:
+    """Per workload that ran both with `column` == baseline and with another value of `column`
+    (everything in `keys` the same): that value against the baseline, from their repeats.
+
+    One row per (keys, other value): the medians of both sides and the comparison's ratio, low,
+    high, verdict, reason, repeat counts and text ("1.84x [1.79-1.90] faster"). Workloads without
+    the baseline value, or with only it, give no row.
+    """
+    keys = keys if keys is not None else ["machine", *[k for k in WORKLOAD if k != column]]
+    columns = [*keys, column, *COMPARED]
+    if rows.empty or column not in rows:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for key, group in rows.groupby(keys, dropna=False, sort=False):
+        is_base = group[column] == baseline
+        base = group.loc[is_base, value]
+        if base.empty:
+            continue
+        for other, candidate in group[~is_base].groupby(column, sort=False):  # an unknown value is no variant
+            c = compare_samples(base, candidate[value])
+            out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base.median()),
+                        float(candidate[value].median()), c.ratio, c.low, c.high, c.verdict, c.reason,
+                        c.n_baseline, c.n_candidate, c.text()])
+    table = pd.DataFrame(out, columns=columns)
+    for name in ("ratio", "low", "high"):
+        table[name] = pd.to_numeric(table[name], errors="coerce")
+    return table
+
+
+def verdict_summary(table: pd.DataFrame, what: str = "configuration") -> str:
+    """'faster in 10, slower in 2, no clear difference in 3 of 15 configurations; geometric mean 1.70×
+    (range 0.91× – 2.30×)'. The geometric mean has no interval: it averages different workloads."""
+    ratios = table["ratio"].dropna()
+    counts = table["verdict"].value_counts()
+    parts = [f"{label} {counts[v]}" for v, label in COUNTED.items() if counts.get(v)]
+    parts += [f"{v} in {n}" for v, n in counts.items() if v not in COUNTED]
+    total = len(table)
+    line = ", ".join(parts) + f" of {total} {what}{'' if total == 1 else 's'}"
+    if len(ratios):
+        mean = float(np.exp(np.log(ratios).mean()))
+        line += f"; geometric mean {mean:.2f}×"
+        low, high = f"{ratios.min():.2f}", f"{ratios.max():.2f}"
+        if low != high:
+            line += f" (range {low}× – {high}×)"
+    return line
+
+
+def settings_effects(res: Results) -> pd.DataFrame:
+    """torch.compile against eager and channels_last against NCHW, where the results hold both
+    variants of an otherwise identical workload on the same machine. A `setting` column names the
+    comparison ('compile=default vs eager', 'channels_last vs NCHW')."""
+    ok = res.ok
+    parts = []
+    compiled = compare_variants(ok, "compile", "off")
+    if len(compiled):
+        parts.append(compiled.assign(setting=[f"compile={v} vs eager" for v in compiled["compile"]]))
+    layout = compare_variants(ok, "channels_last", False)
+    if len(layout):
+        parts.append(layout.assign(setting="channels_last vs NCHW"))
+    if not parts:
+        return pd.DataFrame(columns=["setting", "machine", *WORKLOAD, *COMPARED])
+    table = pd.concat(parts, ignore_index=True)
+    return table[["setting", "machine", *WORKLOAD, *COMPARED]]
+
