@@ -18,6 +18,7 @@ from bench_core.cli import COMMANDS
 from bench_core.cli.common import OneLineParser, config_flag
 from bench_core.config.schema import BenchConfig
 from bench_core.files import atomic_write_text
+from bench_core.results.config_summary import MACHINE_COLUMNS, SUMMARY_COLUMNS
 from bench_core.results.rows import SCHEMA_VERSION, STATUSES, schema
 from bench_core.workload.models import model_table
 from bench_core.workload.precision import ALIASES, PRECISIONS
@@ -98,6 +99,14 @@ def schema_reference() -> str:
     return intro + "\n\n" + _table(["#", "column", "meaning"], rows)
 
 
+def summary_reference() -> str:
+    """The columns of summary.csv (one line per configuration) and machines.csv (one per machine)."""
+    return ("`summary.csv`, one line per configuration:\n\n"
+            + _table(["column", "meaning"], [[_code(n), _cell(d)] for n, d in SUMMARY_COLUMNS])
+            + "\n\n`machines.csv`, one line per machine:\n\n"
+            + _table(["column", "meaning"], [[_code(n), _cell(d)] for n, d in MACHINE_COLUMNS]))
+
+
 def models_reference() -> str:
     """The model registry (`bench models`)."""
 
@@ -157,6 +166,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "layout": layout_reference,
     "params": params_reference,
     "schema": schema_reference,
+    "summary": summary_reference,
     "models": models_reference,
     "precisions": precisions_reference,
 }

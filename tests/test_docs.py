@@ -12,9 +12,9 @@ import pytest
 from bench_core import docs
 from bench_core.cli import COMMANDS
 from bench_core.config import BenchConfig
+from bench_core.results import columns
 from bench_core.workload.models import model_table
 from bench_core.workload.precision import ALIASES, PRECISIONS
-from bench_core.results import columns
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -161,7 +161,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, content, arg
 
 def test_unknown_section_to_print_and_missing_file(tmp_path, capsys):
     assert docs.main(["flops"]) == docs.EXIT_BAD_INPUT
-    assert "allowed: commands, layout, params, schema, models, precisions" in capsys.readouterr().err
+    assert "allowed: commands, layout, params, schema, summary, models, precisions" in capsys.readouterr().err
     assert docs.main(["--check", str(tmp_path / "absent.md")]) == docs.EXIT_BAD_INPUT
     assert "cannot read" in capsys.readouterr().err
     assert not (tmp_path / "absent.md").exists()
