@@ -282,6 +282,16 @@ def test_report_survives_empty_failed_only_and_torn_results(dirs, which):
     assert HOSTILE not in html
 
 
+@pytest.mark.slow
+def test_one_model_at_one_precision_draws_every_section(dirs, tmp_path):
+    """What notebooks/benchmark.ipynb writes with its defaults: one model, fp32, train and infer."""
+    rows = [r for r in results.iter_rows(dirs["cpu"]) if r["precision"] == "fp32" and r["batch_size"] == 2]
+    results.write_run(tmp_path / "lab", "one", rows)
+    html = build_report([tmp_path / "lab"], tmp_path / "report.html").read_text()
+    assert "could not be drawn" not in html
+    assert "Throughput by model and precision" in html  # the chart's alt text: it was drawn
+
+
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     missing = tmp_path / "nope"
     assert cli.main(["report", str(missing)]) == 2

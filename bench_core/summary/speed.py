@@ -110,7 +110,9 @@ def show_throughput(res: Results) -> None:
                     hue_order=ordered(data[hue], PRECISION_ORDER if hue == "precision" else None),
                     col_order=ordered(data["mode"], MODE_ORDER),
                     row_order=ordered(data["precision"], PRECISION_ORDER) if several else None,
-                    estimator="median", errorbar=("pi", 50), dodge=0.35, linestyle="none", marker="o",
+                    estimator="median", errorbar=("pi", 50), linestyle="none", marker="o",
+                    # seaborn divides the dodge by (hue levels - 1): one level would raise ZeroDivisionError
+                    dodge=0.35 if data[hue].nunique() > 1 else False,
                     capsize=0.12, height=3.4, aspect=max(1.2, 0.28 * data["label"].nunique()), sharey=True)
     g.set(yscale="log")
     for ax in g.axes.flat:
