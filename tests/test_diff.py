@@ -154,3 +154,28 @@ def test_bad_input_is_one_line_and_exit_2(runs, capsys, tmp_path, case, field):
     assert not list(tmp_path.glob("*.html")) and not (tmp_path / "diff.txt").exists()
     if case == "nothing_in_common":
         assert "no configuration is in both" in lines[0] and "2 configurations" in lines[0]
+
+
+def test_several_runs_a_side_are_the_samples(runs, capsys, tmp_path):
+    """With 2+ runs of a configuration on both sides, each run's geometric mean is one sample, so the
+    interval holds from one run to the next; one run a side says it compared repeats, with a caution."""
+    old, new = runs
+    code, out, _ = bench(capsys, "diff", str(old), str(new), "--fail-above", "50%")
+    assert "repeats, 1 run" in out and "caution: 2 configuration(s) have one run on a side" in out
+
+    def second_run(source, target, factor):
+        shutil.copytree(source, target)
+        for path in list(target.glob("runs/*/rows.json")):
+            rows = [dict(r, run_id=r["run_id"] + "-b", samples_per_s=r["samples_per_s"] * factor)
+                    for r in json.loads(path.read_text())]
+            (path.parent.parent / (path.parent.name + "-run2")).mkdir()
+            (path.parent.parent / (path.parent.name + "-run2") / "rows.json").write_text(json.dumps(rows))
+        results.rebuild_csv(target)
+        return target
+
+    two_old = second_run(old, tmp_path / "old2", 1.0)
+    two_new = second_run(new, tmp_path / "new2", 1.02)
+    table = summary.diff_results(two_old, two_new, fail_above=0.5).table
+    assert set(table["unit"]) == {"runs, 2 vs 2"}
+    code, out, _ = bench(capsys, "diff", str(two_old), str(two_new), "--fail-above", "50%")
+    assert code == 0 and "caution" not in out

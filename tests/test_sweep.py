@@ -188,6 +188,8 @@ BAD_FILES = {
     "empty list": ("name: x\ngrid:\n  precision: []\n", "precision"),
     "bad timeout": ("name: x\ntimeout_s: soon\n", "timeout_s"),
     "bad emulated": ("name: x\nemulated: maybe\n", "emulated"),
+    "no runs": ("name: x\nruns: 0\n", "runs"),
+    "runs as words": ("name: x\nruns: three\n", "runs"),
     "code in a model name": ("name: x\nsettings:\n  model: 'resnet18\"; import os; os.system(\"touch pwned\") #'\n",
                              "model"),
     "absent device": ("name: x\nsettings:\n  device: cuda:7\n", "device"),
@@ -288,6 +290,20 @@ def test_grid_list_gives_the_union_and_executions_group_modes_and_batch_sizes(tm
     sizes = sorted(len(e.configs) for e in plan.executions)
     assert sizes == [1, 1, 4]  # resnet18: 2 modes x 2 sizes share a kernel; mobilenet's pairs are no product
     assert len({e.run_name for e in plan.executions}) == 3
+
+
+def test_runs_measure_each_execution_in_its_own_run_folder_in_turn(tmp_path, capsys):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"name": "runs", "runs": 3, "settings": {"device": "cpu", "width": 32, "height": 32},
+                                    "grid": {"model": ["resnet18", "mobilenet_v3_large"], "mode": ["train", "infer"]}}))
+    plan = load_sweep(path)
+    assert plan.runs == 3 and len(plan.configs) == 4 and plan.measurements == 12
+    names = [e.run_name for e in plan.executions]
+    assert len(set(names)) == 6 and names[2] == names[0] + "-run2" and names[5] == names[1] + "-run3"  # in turn
+    # --runs replaces the file's runs; the first run keeps its plain name, so an earlier single run counts
+    assert cli.main(["sweep", str(path), "--runs", "2", "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    assert "4 configuration(s), each in 2 separate runs in 4 execution(s)" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
 
 
 def test_precisions_of_one_model_share_an_execution_unless_that_breaks_the_product(tmp_path):

@@ -19,7 +19,7 @@ from bench_core.sweep.execute import (
     run_sweep,
     sweep_lock,
 )
-from bench_core.sweep.plan import Execution, SweepPlan, dry_run, load_sweep
+from bench_core.sweep.plan import Execution, SweepPlan, dry_run, load_sweep, with_runs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,17 +36,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     width: 64
     height: 64
     max_batch_size: 256      # cap of that search
+  runs: 3                    # optional: measure each configuration in 3 separate runs (processes)
 
 examples:
   bench sweep params/cpu-quick.yaml                 # writes outputs/cpu-quick/{results.csv,report.html}
   bench sweep params/tensorpix.yaml --out outputs/tensorpix-a100
   bench sweep params/default.yaml --force           # measure everything again
   bench sweep params/default.yaml --dry-run         # what would run, and about how long
+  bench sweep params/cpu-quick.yaml --runs 3        # 3 separate runs of each configuration (for bench diff)
 exit status: 0 every configuration ok (or unsupported), 1 a configuration failed, 2 bad input,
 130 interrupted."""
     p.add_argument("file", metavar="FILE", help="sweep file (params/*.yaml)")
     p.add_argument("--out", metavar="DIR", help="output directory (default: outputs/<name>)")
     p.add_argument("--force", action="store_true", help="re-run configurations that are already complete")
+    p.add_argument("--runs", type=int, metavar="N",
+                   help="separate runs (processes) of each configuration, each in its own run folder; bench diff "
+                        "then compares runs, so its intervals hold from one run to the next (default: the file's "
+                        "runs, else 1)")
     p.add_argument("--no-report", action="store_true", help="skip building DIR/report.html")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (executions, configurations, estimated time) and run nothing")
@@ -57,6 +63,8 @@ exit status: 0 every configuration ok (or unsupported), 1 a configuration failed
 
 def main(args: argparse.Namespace) -> int:
     plan = load_sweep(args.file)
+    if args.runs is not None:
+        plan = with_runs(plan, args.runs)
     template = find_template(args.template)
     out_dir = Path(args.out or Path("outputs") / plan.name).resolve()
     if args.dry_run:
@@ -86,11 +94,12 @@ class SweepProgress(Progress):
 
     def __init__(self, plan: SweepPlan, stream: TextIO | None = None) -> None:
         self.name, self.stream = plan.name, stream or sys.stderr
-        self.total, self.done = len(plan.configs), 0
+        self.total, self.done = plan.measurements, 0  # configurations x runs
         self.ran, self.ran_s = 0, 0.0  # configurations of the executions that ran, and their seconds
         self.last = ""
         self.terminal = self.stream.isatty()
         self.bar = None  # drawn at the first execution, below what the sweep printed before it
+        self.unit = "configurations" if plan.runs == 1 else "configuration runs"
 
     def skipped(self, execution: Execution) -> None:
         self._advance(len(execution.configs))
@@ -131,14 +140,14 @@ class SweepProgress(Progress):
         if self.terminal:  # the count is on the bar
             self._bar().set_postfix_str("; ".join(p for p in (event, last, estimate) if p), refresh=redraw)
         else:
-            done = f"{self.done}/{self.total} configurations done"
+            done = f"{self.done}/{self.total} {self.unit} done"
             self.write("bench sweep: " + "; ".join(p for p in (event, done, last if with_last else "", estimate) if p))
 
     def _bar(self):
         if self.bar is None:
             from tqdm import tqdm  # (only a sweep on a terminal draws a bar)
             self.bar = tqdm(total=self.total, initial=self.done, desc=self.name, file=self.stream, dynamic_ncols=True,
-                            bar_format="{desc}: {n_fmt}/{total_fmt} configurations |{bar}| {elapsed}{postfix}",
+                            bar_format="{desc}: {n_fmt}/{total_fmt} " + self.unit + " |{bar}| {elapsed}{postfix}",
                             delay=0.5)  # drawn once it has something to say (set_postfix_str draws it)
         return self.bar
 

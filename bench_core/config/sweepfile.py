@@ -8,7 +8,7 @@ from typing import Any
 from bench_core.config.schema import check_known_keys
 from bench_core.errors import ConfigError
 
-SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated")
+SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated", "runs")
 
 
 # What a sweep does with a precision this machine only emulates (bench sysinfo): run it (marked
@@ -27,6 +27,18 @@ def parse_timeout(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError("timeout_s", f"must be a positive number of seconds per execution, got {value!r}")
     return float(value)
+
+
+MAX_RUNS = 20
+
+
+def parse_runs(value: Any) -> int:
+    """How many separate runs (processes) measure each configuration: 1, or more for comparisons that
+    must hold from one run to the next (bench diff uses the runs as its samples)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RUNS:
+        raise ConfigError("runs", f"must be a whole number from 1 to {MAX_RUNS} (separate runs of each "
+                                  f"configuration), got {value!r}")
+    return value
 
 
 def grids(grid: Any, fields: list[str]) -> list[dict[str, list]]:

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench_core.errors import ConfigError
@@ -43,7 +44,9 @@ ENVIRONMENT_CHANGES = [
 
 # Columns shown (text and HTML): column -> header.
 SHOWN = {"configuration": "configuration", "old_samples_per_s": "old samples/s", "new_samples_per_s": "new samples/s",
-         "change": f"new/old [{CONFIDENCE:.0%} CI]", "verdict": "verdict", "flag": "flag", "note": "note"}
+         "change": f"new/old [{CONFIDENCE:.0%} CI]", "unit": "samples", "verdict": "verdict", "flag": "flag",
+         "note": "note"}
+ONE_RUN = "repeats, 1 run"  # the unit when a side has a single run of the configuration
 
 
 @dataclass
@@ -67,9 +70,24 @@ class ResultsDiff:
         """Configurations present in both directories."""
         return int(self.table["side"].eq("both").sum())
 
+    @property
+    def within_one_run(self) -> int:
+        """Configurations compared through the repeats of a single run on a side."""
+        return int(self.table["unit"].eq(ONE_RUN).sum())
+
+    def one_run_warning(self) -> str:
+        """Why a comparison of single runs can flag noise: its interval sees only the repeats of one process."""
+        if not self.within_one_run:
+            return ""
+        return (f"{self.within_one_run} configuration(s) have one run on a side, so their intervals come from the "
+                "repeats inside that run and leave out how much a whole run can shift from one process to the "
+                "next (on a shared 2-core VM we saw 15 % with the same code); measure both sides with "
+                "bench sweep --runs 3 and diff compares runs")
+
     def method_line(self) -> str:
         return (f"new/old = ratio of geometric-mean samples/s with a {CONFIDENCE:.0%} Welch t-interval on log "
-                f"throughput; faster or slower when the interval excludes 1 and the change is at least "
+                f"throughput, over runs when both sides have 2 or more runs of a configuration (each run's "
+                f"geometric mean is one sample), else over the repeats of one run; faster or slower when the interval excludes 1 and the change is at least "
                 f"{self.min_effect:.0%}; a regression is slower by more than {self.fail_above:.0%} with the whole "
                 "interval below 1, or a configuration that ran in OLD and fails in NEW.")
 
@@ -89,6 +107,8 @@ class ResultsDiff:
         else:
             lines.append("environment: no recorded field differs (versions, driver, commit, host, devices, threads)")
         lines += [aligned(self.display()), self.summary_line(), "method: " + self.method_line()]
+        if self.within_one_run:
+            lines.append("caution: " + self.one_run_warning())
         return "\n".join(lines)
 
     def display(self, why: bool = False) -> pd.DataFrame:
@@ -118,6 +138,7 @@ td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</sty
 {table_html(self.display(why=True))}
 <h2>Method</h2>
 <p>{esc(self.method_line())}</p>
+{f'<p><em>{esc(self.one_run_warning())}</em></p>' if self.within_one_run else ''}
 <p>{esc(METHOD_TEXT)}</p>
 {''.join(f'<p><em>{esc(n)}</em></p>' for n in self.notes)}
 </body></html>
@@ -178,7 +199,7 @@ def read_results(result_dir: Path, name: str) -> Results:
 
 
 TABLE_COLUMNS = ["configuration", "side", "old_samples_per_s", "new_samples_per_s", "old_repeats", "new_repeats",
-                 "ratio", "low", "high", "change", "verdict", "regression", "flag", "reason", "note"] + KEY
+                 "ratio", "low", "high", "change", "unit", "verdict", "regression", "flag", "reason", "note"] + KEY
 
 
 def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
@@ -214,7 +235,7 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
            "old_samples_per_s": old_ok["samples_per_s"].median() if len(old_ok) else NAN,
            "new_samples_per_s": new_ok["samples_per_s"].median() if len(new_ok) else NAN,
            "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
-           "ratio": NAN, "low": NAN, "high": NAN, "change": "", "verdict": "", "regression": False, "flag": "",
+           "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "verdict": "", "regression": False, "flag": "",
            "reason": "", "note": (failures_note(old, "old") + failures_note(new, "new")).strip()}
     if not len(old) or not len(new):
         out.update(verdict="added" if len(new) else "removed",
@@ -225,7 +246,13 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     elif not len(old_ok):
         out.update(verdict="runs now", reason=f"old: {status_text(old)}")
     else:
-        c = compare_samples(old_ok["samples_per_s"], new_ok["samples_per_s"], min_effect=min_effect)
+        old_runs, new_runs = run_means(old_ok), run_means(new_ok)
+        if len(old_runs) >= 2 and len(new_runs) >= 2:  # runs are the samples: run-to-run noise is in the interval
+            c = compare_samples(old_runs, new_runs, min_effect=min_effect)
+            out["unit"] = f"runs, {len(old_runs)} vs {len(new_runs)}"
+        else:
+            c = compare_samples(old_ok["samples_per_s"], new_ok["samples_per_s"], min_effect=min_effect)
+            out["unit"] = ONE_RUN if min(len(old_runs), len(new_runs)) == 1 else "repeats"
         regressed = c.has_interval and c.high < 1.0 and c.ratio <= 1.0 - fail_above
         out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
                    high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
@@ -233,6 +260,13 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     if out["regression"]:
         out["flag"] = "REGRESSION"
     return {**out, **{k: first[k] for k in KEY}}
+
+
+def run_means(ok: pd.DataFrame) -> list[float]:
+    """One sample per run: the geometric mean of its positive repeats' samples/s."""
+    positive = ok[pd.to_numeric(ok["samples_per_s"], errors="coerce") > 0]
+    return [float(np.exp(np.log(group.astype(float)).mean()))
+            for _, group in positive.groupby("run_id", sort=False)["samples_per_s"]]
 
 
 def label(row: pd.Series, by_model: bool) -> str:

@@ -110,12 +110,13 @@ class Tally:
     failed: dict[str, int] = field(default_factory=dict)
     not_run: int = 0
 
-    def line(self, total: int) -> str:
+    def line(self, total: int, runs: int = 1) -> str:
         failed = sum(self.failed.values())
         detail = f" ({', '.join(f'{n} {s}' for s, n in sorted(self.failed.items()))})" if failed else ""
         unsupported = f", {self.unsupported} unsupported" if self.unsupported else ""
         not_run = f", {self.not_run} not run" if self.not_run else ""
-        return (f"{total} configurations: {self.complete} complete, {self.skipped} skipped (already complete)"
+        what = f"{total} configurations" if runs == 1 else f"{total // runs} configurations x {runs} runs"
+        return (f"{what}: {self.complete} complete, {self.skipped} skipped (already complete)"
                 f"{unsupported}, {failed} failed{detail}{not_run}")
 
 
@@ -186,7 +187,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
                 _count(tally, _statuses(out_dir, plan.executions[index]), already=set() if force else _done(statuses))
         tally.not_run += sum(len(e.configs) for e in plan.executions[index + running:])
         return interrupted_exit(exc), (f"bench sweep: interrupted ({interrupted_by(exc)}); "
-                                       f"{tally.line(len(plan.configs))}; rows in {out_dir / 'results.csv'}")
+                                       f"{tally.line(plan.measurements, plan.runs)}; rows in {out_dir / 'results.csv'}")
     finally:
         progress.close()
     with results.locked(out_dir):
@@ -194,7 +195,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
 
     status = EXIT_FAILED if tally.failed else EXIT_OK
     minutes = (time.perf_counter() - started) / 60
-    return status, f"bench sweep: {tally.line(len(plan.configs))} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}"
+    return status, f"bench sweep: {tally.line(plan.measurements, plan.runs)} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}"
 
 
 def last_throughput(out_dir: Path, execution: Execution) -> str:

@@ -6,6 +6,7 @@ imports and the device's context are paid once per model.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -23,6 +24,7 @@ from bench_core.config.sweepfile import (
     SELECTOR_KEYS,
     SWEEP_KEYS,
     grids,
+    parse_runs,
     parse_timeout,
 )
 from bench_core.devices import Backend, available_devices, resolve_device
@@ -59,6 +61,23 @@ class SweepPlan:
     source: str = ""
     notes: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
+    runs: int = 1                       # separate runs of each configuration (runs: N)
+
+    @property
+    def measurements(self) -> int:
+        """Configurations times runs: what the sweep's progress and tally count."""
+        return sum(len(e.configs) for e in self.executions)
+
+
+def with_runs(plan: SweepPlan, runs: int) -> SweepPlan:
+    """The plan with each execution run `runs` times, each run in its own folder (the first keeps the
+    plain name, so a sweep run once before is its first run): every execution once, then again, so a
+    slow drift of the machine spreads over all configurations instead of falling on one."""
+    runs = parse_runs(runs)
+    single = plan.executions[:len(plan.executions) // plan.runs]  # the first run's block
+    executions = [Execution(run_name=e.run_name if r == 1 else f"{e.run_name}-run{r}", configs=e.configs)
+                  for r in range(1, runs + 1) for e in single]
+    return dataclasses.replace(plan, executions=executions, runs=runs)
 
 
 def load_sweep(path: str | Path) -> SweepPlan:
@@ -137,8 +156,9 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
     if not configs:
         raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
                                       "here; " + "; ".join(notes))
-    return SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
+    plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
                      notes=notes, skipped=skipped)
+    return with_runs(plan, data.get("runs", 1))
 
 
 def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig], list[str], list[dict]]:
@@ -241,7 +261,7 @@ PROBE_S = 8.0  # one batch-size probe in a fresh process (batch_size max)
 def estimate_seconds(plan: SweepPlan) -> float:
     """A rough wall time for the plan, printed before it starts: never a measurement."""
     total = EXECUTION_START_S * len(plan.executions)
-    for cfg in plan.configs:
+    for cfg in plan.configs * plan.runs:
         total += CONFIG_BUILD_S + cfg.repeats * (cfg.min_seconds + REPEAT_SLACK_S)
         if cfg.batch_size == "max":
             total += PROBE_S * max(1, math.ceil(math.log2(max(cfg.max_batch_size, 2))))
@@ -253,7 +273,8 @@ def plan_summary(plan: SweepPlan) -> str:
     seen = {k: unique(getattr(c, k) for c in plan.configs) for k in ("model", "precision", "mode", "device")}
     parts = ", ".join(f"{len(v)} {k}{'s' if len(v) > 1 else ''}" for k, v in seen.items())
     minutes = estimate_seconds(plan) / 60
-    return (f"plan: {len(plan.configs)} configuration(s) in {len(plan.executions)} execution(s) ({parts}); "
+    runs = f", each in {plan.runs} separate runs" if plan.runs > 1 else ""
+    return (f"plan: {len(plan.configs)} configuration(s){runs} in {len(plan.executions)} execution(s) ({parts}); "
             f"about {minutes:.1f} min (an estimate; bench sweep --dry-run lists them)")
 
 
