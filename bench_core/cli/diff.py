@@ -28,7 +28,7 @@ def fraction(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """Compares OLD and NEW configuration by configuration (same model, mode, precision, batch size,
-input, processes, compile and channels_last on the same kind of device): median samples/s of each,
+input, processes, compile and channels_last on the same kind of device): samples/s of each (geometric means),
 new/old as a ratio of geometric means with a 95% t-interval (Welch, on log throughput), and a
 verdict: faster / slower (the interval excludes 1 and the change is at least --min-effect) or no
 clear difference; too few repeats (under 2) gives no interval. Configurations in only one

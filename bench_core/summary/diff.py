@@ -23,6 +23,7 @@ from bench_core.results.comparison import (
     METHOD_TEXT,
     MIN_EFFECT,
     compare_samples,
+    usable,
 )
 from bench_core.summary.html import esc, table_html
 from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
@@ -158,7 +159,8 @@ def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect
     """OLD and NEW result directories compared configuration by configuration.
 
     `table` has one row per configuration: configuration (a label), side (both | old only | new
-    only), old_/new_samples_per_s (medians of the ok repeats), old_/new_repeats ("3/3 ok"),
+    only), old_/new_samples_per_s (the geometric means the ratio divides: of the runs, or of the
+    repeats of one run; the median of the ok repeats where nothing is compared), old_/new_repeats ("3/3 ok"),
     ratio, low, high (new/old with its interval), change (that as text), verdict (faster, slower,
     no clear difference, too few repeats, no data, fails now, fails in both, runs now, added,
     removed), regression (slower beyond `fail_above` with the whole interval below 1, or ok in
@@ -236,7 +238,8 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
            "new_samples_per_s": new_ok["samples_per_s"].median() if len(new_ok) else NAN,
            "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
            "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "verdict": "", "regression": False, "flag": "",
-           "reason": "", "note": (failures_note(old, "old") + failures_note(new, "new")).strip()}
+           "reason": "", "note": " ".join(failures_note(old, "old") + failures_note(new, "new")
+                                          + noise_note(old_ok, "old") + noise_note(new_ok, "new")).strip()}
     if not len(old) or not len(new):
         out.update(verdict="added" if len(new) else "removed",
                    reason=f"only in {'NEW' if len(new) else 'OLD'} ({out['new_repeats' if len(new) else 'old_repeats']})")
@@ -248,11 +251,14 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     else:
         old_runs, new_runs = run_means(old_ok), run_means(new_ok)
         if len(old_runs) >= 2 and len(new_runs) >= 2:  # runs are the samples: run-to-run noise is in the interval
-            c = compare_samples(old_runs, new_runs, min_effect=min_effect)
+            old_samples, new_samples = old_runs, new_runs
             out["unit"] = f"runs, {len(old_runs)} vs {len(new_runs)}"
         else:
-            c = compare_samples(old_ok["samples_per_s"], new_ok["samples_per_s"], min_effect=min_effect)
+            old_samples, new_samples = list(old_ok["samples_per_s"]), list(new_ok["samples_per_s"])
             out["unit"] = ONE_RUN if min(len(old_runs), len(new_runs)) == 1 else "repeats"
+        c = compare_samples(old_samples, new_samples, min_effect=min_effect)
+        # the numbers the ratio divides: geometric means of the samples compared
+        out.update(old_samples_per_s=geometric_mean(old_samples), new_samples_per_s=geometric_mean(new_samples))
         regressed = c.has_interval and c.high < 1.0 and c.ratio <= 1.0 - fail_above
         out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
                    high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
@@ -263,10 +269,14 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
 
 
 def run_means(ok: pd.DataFrame) -> list[float]:
-    """One sample per run: the geometric mean of its positive repeats' samples/s."""
-    positive = ok[pd.to_numeric(ok["samples_per_s"], errors="coerce") > 0]
-    return [float(np.exp(np.log(group.astype(float)).mean()))
-            for _, group in positive.groupby("run_id", sort=False)["samples_per_s"]]
+    """One sample per run: the geometric mean of its repeats' samples/s."""
+    return [geometric_mean(group) for _, group in ok.groupby("run_id", sort=False)["samples_per_s"]]
+
+
+def geometric_mean(samples) -> float:
+    """Of the positive, finite samples (what the comparison uses); NaN when there is none."""
+    values = usable(samples)
+    return float(np.exp(np.log(values).mean())) if len(values) else NAN
 
 
 def label(row: pd.Series, by_model: bool) -> str:
@@ -301,12 +311,23 @@ def status_text(rows: pd.DataFrame) -> str:
     return f"{first['status']}: {message[:120]} ({len(failed)} of {len(rows)} rows)"
 
 
-def failures_note(rows: pd.DataFrame, side: str) -> str:
+def failures_note(rows: pd.DataFrame, side: str) -> list[str]:
     failed = rows[rows["status"] != "ok"]
     if failed.empty:
-        return ""
+        return []
     statuses = ", ".join(sorted(set(failed["status"])))
-    return f"{side}: {len(failed)}/{len(rows)} {statuses} "
+    return [f"{side}: {len(failed)}/{len(rows)} {statuses}"]
+
+
+def noise_note(ok: pd.DataFrame, side: str) -> list[str]:
+    """'old: 5/15 repeats noise-flagged (other-processes-on-cpu)': a disturbed measurement, named."""
+    flags = ok["noise_flags"].map(lambda v: [f.split("(")[0].strip() for f in str(v).split(";") if f.strip()]
+                                  if is_present(v) else [])
+    flagged = flags[flags.map(bool)]
+    if flagged.empty:
+        return []
+    kinds = ", ".join(sorted({kind for found in flagged for kind in found}))
+    return [f"{side}: {len(flagged)}/{len(ok)} repeats noise-flagged ({kinds})"]
 
 
 def environment_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
