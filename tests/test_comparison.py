@@ -9,9 +9,11 @@ import pytest
 from bench_core.results.comparison import (
     METHOD_TEXT,
     MIN_EFFECT,
+    ONE_RUN,
     Comparison,
     compare_groups,
     compare_paired,
+    compare_rows,
     compare_samples,
 )
 
@@ -128,3 +130,20 @@ def test_bad_settings_and_the_method_text():
     assert "Welch" in METHOD_TEXT and "bootstrap" in METHOD_TEXT and "2 %" in METHOD_TEXT
     c = Comparison(1.5, 1.2, 1.9, "faster", "why", 3, 3)
     assert c.has_interval and c.text() == "1.50x [1.20-1.90] faster" and math.isclose(c.confidence, 0.95)
+
+
+def test_runs_are_the_samples_when_both_sides_have_several():
+    """A run can shift as a whole (another process, another memory layout): two runs of the same
+    code, 10 % apart, with tight repeats inside each. Compared run by run there is no clear
+    difference; one run against one run looks like a confident 10 % change, and the unit says so."""
+    def rows(runs):
+        return pd.DataFrame([{"run_id": f"r{i}", "samples_per_s": v} for i, run in enumerate(runs) for v in run])
+
+    fast, slow = [100.0, 101.0, 99.5], [90.0, 90.5, 89.8]
+    c, unit, old_mean, new_mean = compare_rows(rows([fast, slow]), rows([slow, fast]))
+    assert unit == "runs, 2 vs 2" and c.verdict == "no clear difference" and c.low < 1 < c.high
+    assert old_mean == pytest.approx(new_mean)
+    c, unit, _, _ = compare_rows(rows([fast]), rows([slow]))
+    assert unit == ONE_RUN and c.verdict == "slower" and c.high < 1
+    c, unit, _, _ = compare_rows(rows([fast, slow]), rows([[95.0, 95.5, 94.8]]))
+    assert unit == ONE_RUN  # runs only where both sides have 2 or more

@@ -31,7 +31,10 @@ METHOD_TEXT = (
     "Speed is compared as a ratio of geometric-mean throughputs (new / old, or B / A: above 1 is "
     "faster) with a 95 % confidence interval from Student's t on log throughput: Welch's t-interval "
     "(unequal variances) for two independent sets of repeats, a one-sample t-interval on the per-round "
-    "log ratios for interleaved A/B rounds, exponentiated back to a ratio. Logs, because timing noise "
+    "log ratios for interleaved A/B rounds, exponentiated back to a ratio. Where both sides have 2 or "
+    "more runs (bench sweep --runs N), each run's geometric mean is one sample, so the interval covers "
+    "how much a whole run shifts from one process to the next; otherwise the repeats of one run are "
+    "the samples, and that shift is not in the interval. Logs, because timing noise "
     "is multiplicative; t rather than a bootstrap, because with 2-10 repeats a bootstrap interval is "
     "too narrow. A result is called faster or slower only when the whole interval lies on one side of "
     "1 and the ratio differs from 1 by at least the minimum effect (2 % unless set otherwise); "
@@ -169,6 +172,41 @@ def check_settings(min_effect: float, confidence: float) -> None:
 
 def join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
+
+
+ONE_RUN = "repeats, 1 run"  # the unit when a side has a single run: its interval leaves out run-to-run shift
+
+
+def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str = "samples_per_s",
+                 run: str = "run_id", min_effect: float = MIN_EFFECT,
+                 confidence: float = CONFIDENCE) -> tuple[Comparison, str, float, float]:
+    """Two sets of result rows (one per repeat) of one workload compared, choosing the sample: with 2 or
+    more runs on both sides each run's geometric mean is one sample, so the interval covers how much a
+    whole run shifts from one process to the next; otherwise the repeats are the samples, and the unit
+    says whether a side had a single run. Returns the comparison, the unit ("runs, 3 vs 3",
+    "repeats, 1 run" or "repeats") and the two geometric means the ratio divides."""
+    base_runs, cand_runs = run_means(baseline, value, run), run_means(candidate, value, run)
+    if len(base_runs) >= 2 and len(cand_runs) >= 2:
+        base, cand, unit = base_runs, cand_runs, f"runs, {len(base_runs)} vs {len(cand_runs)}"
+    else:
+        base, cand = list(baseline[value]), list(candidate[value])
+        unit = ONE_RUN if min(len(base_runs), len(cand_runs)) == 1 else "repeats"
+    compared = compare_samples(base, cand, min_effect=min_effect, confidence=confidence)
+    return compared, unit, geometric_mean(base), geometric_mean(cand)
+
+
+def run_means(rows: pd.DataFrame, value: str = "samples_per_s", run: str = "run_id") -> list[float]:
+    """One sample per run: the geometric mean of its usable repeats (runs with none left out)."""
+    if run not in rows:
+        return []
+    means = [geometric_mean(group) for _, group in rows.groupby(run, sort=False)[value]]
+    return [m for m in means if math.isfinite(m)]
+
+
+def geometric_mean(samples) -> float:
+    """Of the usable (positive, finite) samples; NaN when there is none."""
+    values = usable(samples)
+    return float(np.exp(np.log(values).mean())) if len(values) else math.nan
 
 
 def compare_groups(frame: pd.DataFrame, keys: list[str], value: str = "samples_per_s", side_column: str = "side",

@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench_core.errors import ConfigError
@@ -22,8 +21,8 @@ from bench_core.results.comparison import (
     CONFIDENCE,
     METHOD_TEXT,
     MIN_EFFECT,
-    compare_samples,
-    usable,
+    ONE_RUN,
+    compare_rows,
 )
 from bench_core.summary.html import esc, table_html
 from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
@@ -47,7 +46,6 @@ ENVIRONMENT_CHANGES = [
 SHOWN = {"configuration": "configuration", "old_samples_per_s": "old samples/s", "new_samples_per_s": "new samples/s",
          "change": f"new/old [{CONFIDENCE:.0%} CI]", "unit": "samples", "verdict": "verdict", "flag": "flag",
          "note": "note"}
-ONE_RUN = "repeats, 1 run"  # the unit when a side has a single run of the configuration
 
 
 @dataclass
@@ -249,16 +247,8 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     elif not len(old_ok):
         out.update(verdict="runs now", reason=f"old: {status_text(old)}")
     else:
-        old_runs, new_runs = run_means(old_ok), run_means(new_ok)
-        if len(old_runs) >= 2 and len(new_runs) >= 2:  # runs are the samples: run-to-run noise is in the interval
-            old_samples, new_samples = old_runs, new_runs
-            out["unit"] = f"runs, {len(old_runs)} vs {len(new_runs)}"
-        else:
-            old_samples, new_samples = list(old_ok["samples_per_s"]), list(new_ok["samples_per_s"])
-            out["unit"] = ONE_RUN if min(len(old_runs), len(new_runs)) == 1 else "repeats"
-        c = compare_samples(old_samples, new_samples, min_effect=min_effect)
-        # the numbers the ratio divides: geometric means of the samples compared
-        out.update(old_samples_per_s=geometric_mean(old_samples), new_samples_per_s=geometric_mean(new_samples))
+        c, out["unit"], old_mean, new_mean = compare_rows(old_ok, new_ok, min_effect=min_effect)
+        out.update(old_samples_per_s=old_mean, new_samples_per_s=new_mean)  # what the ratio divides
         regressed = c.has_interval and c.high < 1.0 and c.ratio <= 1.0 - fail_above
         out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
                    high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
@@ -266,17 +256,6 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     if out["regression"]:
         out["flag"] = "REGRESSION"
     return {**out, **{k: first[k] for k in KEY}}
-
-
-def run_means(ok: pd.DataFrame) -> list[float]:
-    """One sample per run: the geometric mean of its repeats' samples/s."""
-    return [geometric_mean(group) for _, group in ok.groupby("run_id", sort=False)["samples_per_s"]]
-
-
-def geometric_mean(samples) -> float:
-    """Of the positive, finite samples (what the comparison uses); NaN when there is none."""
-    values = usable(samples)
-    return float(np.exp(np.log(values).mean())) if len(values) else NAN
 
 
 def label(row: pd.Series, by_model: bool) -> str:

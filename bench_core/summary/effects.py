@@ -1,6 +1,6 @@
 """What one setting does to speed, with its uncertainty: the same workload with one thing changed
-(the machine, the precision, the device count, torch.compile, channels_last), compared repeat by
-repeat with results.comparison (a ratio of geometric means, a 95 % t-interval and a verdict).
+(the machine, the precision, the device count, torch.compile, channels_last), compared run by run
+where both sides have several runs, else repeat by repeat, with results.comparison (a ratio of geometric means, a 95 % t-interval and a verdict).
 Plain pandas, no display.
 """
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench_core.results.comparison import compare_samples
+from bench_core.results.comparison import compare_rows
 from bench_core.summary.load import WORKLOAD, Results
 
 COMPARED = ["baseline_median", "median", "ratio", "low", "high", "verdict", "reason", "n_baseline", "n_candidate",
-            "text"]
+            "text", "unit"]
 # The verdicts as a summary counts them, in the order it says them.
 COUNTED = {"faster": "faster in", "slower": "slower in", "no clear difference": "no clear difference in",
            "too few repeats": "too few repeats for an interval in"}
@@ -34,14 +34,15 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
     out = []
     for key, group in rows.groupby(keys, dropna=False, sort=False):
         is_base = group[column] == baseline
-        base = group.loc[is_base, value]
+        base = group[is_base]
         if base.empty:
             continue
         for other, candidate in group[~is_base].groupby(column, sort=False):  # an unknown value is no variant
-            c = compare_samples(base, candidate[value])
-            out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base.median()),
+            # runs are the samples where both sides have 2 or more, else the repeats (see compare_rows)
+            c, unit, _, _ = compare_rows(base, candidate, value=value)
+            out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base[value].median()),
                         float(candidate[value].median()), c.ratio, c.low, c.high, c.verdict, c.reason,
-                        c.n_baseline, c.n_candidate, c.text()])
+                        c.n_baseline, c.n_candidate, c.text(), unit])
     table = pd.DataFrame(out, columns=columns)
     for name in ("ratio", "low", "high"):
         table[name] = pd.to_numeric(table[name], errors="coerce")
