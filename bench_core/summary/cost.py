@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from bench_core.summary.html import (
-    label_columns,
     note,
     paragraph,
     plain_log_ticks,
@@ -34,7 +33,7 @@ def cost_points(res: Results) -> pd.DataFrame:
     ok = ok[(ok["cost_per_million_samples"] > 0) & (ok["samples_per_s"] > 0)]
     if ok.empty:
         return pd.DataFrame()
-    points = ok.groupby(GROUP + [k for k in OPTION if k not in GROUP], dropna=False, sort=False).agg(
+    points = ok.groupby(GROUP + OPTION, dropna=False, sort=False).agg(
         repeats=("samples_per_s", "count"), samples_per_s=("samples_per_s", "median"),
         q25=("samples_per_s", lambda s: s.quantile(0.25)), q75=("samples_per_s", lambda s: s.quantile(0.75)),
         cost_per_million_samples=("cost_per_million_samples", "median"),
@@ -139,8 +138,7 @@ def show_cost_frontier(res: Results) -> None:
                   + ("; it is the fastest too)." if line["pick"] == line["fastest"] else
                      f", {line['slower_pct']:.0f} % slower and {line['cheaper_pct']:.0f} % cheaper than "
                      f"{line['fastest']})."))
-    show_table(points.assign(label=label_columns(points), pareto=points["pareto"], pick=points["pick"]),
-               {"model": "model", "mode": "mode", "machine": "machine", "precision": "precision",
-                "batch_size": "batch / device", "world_size": "devices", "samples_per_s": "samples/s",
-                "price_per_hour": "price / device-hour", "cost_per_million_samples": "cost / million samples",
-                "pareto": "on the frontier", "pick": "pick"})
+    show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "precision": "precision",
+                        "batch_size": "batch / device", "world_size": "devices", "samples_per_s": "samples/s",
+                        "price_per_hour": "price / device-hour", "cost_per_million_samples": "cost / million samples",
+                        "pareto": "on the frontier", "pick": "pick"})
