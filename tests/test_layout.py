@@ -22,9 +22,9 @@ ALLOWED_IN_FUNCTION = {
     # Notebooks written before the restructuring say `from bench_core import notebook`; the
     # package face still answers it, importing the module (and torch) only when asked.
     ("bench_core", "bench_core.sweep.notebook"),
-    # The model registry is plain data that config validates names against; the 3D UNet is
+    # The model declarations are plain data that config validates names against; the 3D UNet is
     # torch code, imported only when that model is built.
-    ("bench_core.workload.models", "bench_core.workload.unet3d"),
+    ("bench_core.workload.volumetric", "bench_core.workload.unet3d"),
 }
 
 

@@ -21,7 +21,7 @@ def test_every_listed_model_runs_both_modes(name, mode):
     row = run_benchmark(cfg)[0]
     assert row["status"] == "ok", row["message"]
     assert row["samples_per_s"] > 0 and row["loss_finite"]
-    if REGISTRY[name].task == "volumetric":
+    if REGISTRY[name].task.name == "volumetric":
         assert row["mvox_per_s"] > 0 and row["mpx_per_s"] is None
     else:
         assert row["mpx_per_s"] > 0 and row["mvox_per_s"] is None

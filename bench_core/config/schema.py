@@ -205,8 +205,6 @@ def validate_device_name(name: str) -> str:
 
 
 def _validate(cfg: BenchConfig) -> None:
-    # Imported here: both modules import config for ConfigError.
-
     cfg.mode = _as_choice("mode", cfg.mode, MODES)
     cfg.compile = _as_choice("compile", cfg.compile, COMPILE_MODES)
     cfg.optimizer = _as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
@@ -253,14 +251,7 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.width = _as_int("width", cfg.width, minimum=1, optional=True)
     cfg.height = _as_int("height", cfg.height, minimum=1, optional=True)
     cfg.depth = _as_int("depth", cfg.depth, minimum=1, optional=True)
-    spec.check_shape(cfg)  # fills model defaults, refuses sizes the model cannot take
-    if cfg.channels_last and spec.task == "volumetric":
-        raise ConfigError("channels_last", f"applies to 2D models only; {cfg.model} is a 3D model")
-    if cfg.channels_last and spec.task == "detection":
-        # Detection models take a list of CHW images and batch them inside (model.transform):
-        # the layout never reaches the convolutions, so the row would claim what did not run.
-        raise ConfigError("channels_last", f"not for detection models ({cfg.model} batches its image list "
-                                           "itself, in NCHW); allowed: false")
+    spec.check(cfg)  # fills the model's default input, refuses inputs and settings its task cannot take
 
 
 def _is_endpoint(text: str) -> bool:

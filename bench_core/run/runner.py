@@ -20,13 +20,13 @@ from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import ddp, profiling
 from bench_core.run.timing import StepStats, Window, time_one, timed_window
+from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
 from bench_core.workload.precision import (
     EmulatedPrecisionWarning,
     Precision,
     resolve_precision,
 )
-from bench_core.workload.tasks import first_tensor, make_workload
 
 Progress = Callable[[str], None]
 
@@ -148,8 +148,8 @@ class Session:
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train(cfg.mode == "train")
-        workload = make_workload(spec.task, cfg, device, input_dtype, rank=ctx.rank)
-        run["input_shape"] = _sample_shape(cfg, spec.task)
+        workload = spec.task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank)
+        run["input_shape"] = spec.task.sample_shape(cfg)
         model = ddp.wrap(model, device, cfg.mode)
 
         eager_step, self.last = _make_step(cfg, model, workload, precision, device)
@@ -295,18 +295,16 @@ def _no_recompile(compile_mode: str):
         torch._dynamo.config.error_on_recompile = previous
 
 
-def _throughput(cfg, task: str, window: Window, global_batch: int, world_size: int) -> dict:
+def _throughput(cfg, task: Task, window: Window, global_batch: int, world_size: int) -> dict:
     stats = StepStats.from_seconds(window.step_s)
     samples = global_batch * window.steps
     seconds = window.seconds
-    pixels = cfg.width * cfg.height
     return {
         "timed_steps": window.steps, "timed_s": seconds,
         "samples_per_s": samples / seconds,
         "samples_per_s_per_device": samples / seconds / world_size,
         "batches_per_s": window.steps * world_size / seconds,
-        "mpx_per_s": pixels * samples / seconds / 1e6 if task != "volumetric" else None,
-        "mvox_per_s": pixels * cfg.depth * samples / seconds / 1e6 if task == "volumetric" else None,
+        **task.throughput_columns(cfg, samples / seconds),
         "s_per_iter": seconds / window.steps,
         **stats.to_columns(),
         "step_times_ms": " ".join(f"{s * 1e3:.3f}" for s in window.step_s),
@@ -320,9 +318,3 @@ def _finiteness(cfg, output) -> dict:
     finite = bool(torch.isfinite(tensor.detach()).all())
     loss = float(tensor.detach().float()) if cfg.mode == "train" and tensor.numel() == 1 else None
     return {"loss_final": loss, "loss_finite": finite}
-
-
-def _sample_shape(cfg, task: str) -> str:
-    if task == "volumetric":
-        return f"1x{cfg.depth}x{cfg.height}x{cfg.width}"
-    return f"3x{cfg.height}x{cfg.width}"

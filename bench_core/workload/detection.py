@@ -1,0 +1,79 @@
+"""The detection family: torchvision's SSD300 and Faster R-CNN on synthetic images with random
+boxes and labels. A sample is one image (images/s, MPx/s); the model's own resize is pinned to the
+requested size, so it processes exactly the pixels a row reports.
+
+torch and torchvision are imported where a batch or a model is made (see family.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from bench_core.errors import ConfigError
+from bench_core.workload.family import ModelSpec, Workload
+from bench_core.workload.vision import ImageTask
+
+DETECTION_CLASSES = 91
+BOXES_PER_IMAGE = 4
+
+
+class DetectionTask(ImageTask):
+    """Images as a list (the model batches them itself) with a target dict of boxes and labels each."""
+    family = "detection"
+
+    def __init__(self):
+        super().__init__("detection", target=None)
+
+    def check(self, spec: ModelSpec, cfg) -> None:
+        super().check(spec, cfg)
+        if cfg.channels_last:
+            # The model batches its image list itself (model.transform), in NCHW: the layout never
+            # reaches the convolutions, so the row would claim what did not run.
+            raise ConfigError("channels_last", f"not for detection models ({spec.name} batches its image list "
+                                               "itself, in NCHW); allowed: false")
+
+    def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
+        import torch
+        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        w, h = cfg.width, cfg.height
+        images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
+        targets = [_random_boxes(w, h, device, generator) for _ in range(cfg.batch_size)]
+        return Workload(images, lambda losses: sum(v.float() for v in losses.values()),
+                        lambda m: m(images, targets), lambda m: m(images))
+
+
+def _random_boxes(w: int, h: int, device, generator) -> dict:
+    import torch
+    n = BOXES_PER_IMAGE
+    xy = torch.rand((n, 2), device=device, generator=generator) * torch.tensor([w * 0.6, h * 0.6], device=device)
+    wh = torch.rand((n, 2), device=device, generator=generator) * torch.tensor([w * 0.3, h * 0.3], device=device) + 4
+    boxes = torch.cat([xy, xy + wh], dim=1)
+    labels = torch.randint(1, DETECTION_CLASSES, (n,), device=device, generator=generator)
+    return {"boxes": boxes, "labels": labels}
+
+
+DETECTION = DetectionTask()
+TASKS = (DETECTION,)
+
+
+def _detection(name: str) -> Callable:
+    def build(cfg):
+        import torchvision
+        model = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=DETECTION_CLASSES)
+        # Detection models resize inside `model.transform`; pin it to the requested size so
+        # the benchmark processes exactly the pixels it reports.
+        transform = model.transform
+        transform.min_size = (min(cfg.width, cfg.height),)
+        transform.max_size = max(cfg.width, cfg.height)
+        if getattr(transform, "fixed_size", None) is not None:
+            transform.fixed_size = (cfg.width, cfg.height)  # torchvision's order: (w, h)
+        return model
+    return build
+
+
+MODELS = (
+    ModelSpec("ssd300_vgg16", DETECTION, _detection("ssd300_vgg16"), default_size=(300, 300, None),
+              min_size=300, notes="synthetic boxes/labels; transform pinned to the input size; at least 300 px"),
+    ModelSpec("fasterrcnn_resnet50_fpn_v2", DETECTION, _detection("fasterrcnn_resnet50_fpn_v2"),
+              default_size=(800, 800, None), min_size=64, aliases=("fasterrcnn",),
+              notes="synthetic boxes/labels; transform pinned to the input size"),
+)

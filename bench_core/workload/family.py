@@ -1,0 +1,108 @@
+"""What a workload family declares, and the only thing the shared code reads about it: each task's
+sample and unit, the config fields that shape its input, its synthetic batch; and each model's spec.
+
+The runner, the rows and the report call these methods and never branch on a task: a new family
+is a new module under workload/ declaring its tasks and models (see vision.py, volumetric.py).
+Plain data at import: torch is imported where a batch is made, because config validates model
+names against these declarations and must not load torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from bench_core.errors import ConfigError
+
+# Every config field that shapes an input, and what it applies to: a field set for a model whose
+# task does not read it is refused with this text.
+SHAPE_FIELDS = {"width": "image and 3D models", "height": "image and 3D models", "depth": "3D models"}
+
+
+@dataclass
+class Workload:
+    """One configuration's synthetic batch, made once on the device, and how a step uses it."""
+    inputs: Any                            # what the model is called with
+    loss: Callable[[Any], Any]             # model output -> scalar loss tensor (training)
+    train_call: Callable[[Any], Any]       # model -> output, in a training step
+    infer_call: Callable[[Any], Any]       # model -> output, in an inference step
+
+
+class Task:
+    """What a model is run for, as the shared code sees it. Subclasses fill the attributes and
+    override the methods that differ; an instance per task (classification, detection, ...)."""
+
+    name = ""
+    family = ""                              # the module that declares it: vision, detection, volumetric
+    sample = "sample"                        # what samples_per_s counts: image, volume, ...
+    unit = "samples/s"                       # the throughput unit a row's samples_per_s is in
+    shape_fields: tuple[str, ...] = ()       # the SHAPE_FIELDS this task reads
+    description = ""                         # 'a 2D classification model': how refusals name the model
+
+    def check(self, spec: "ModelSpec", cfg) -> None:
+        """Fill the model's defaults into `cfg` and refuse what it cannot take (ConfigError)."""
+        for name in SHAPE_FIELDS:
+            if name not in self.shape_fields and getattr(cfg, name, None) is not None:
+                raise ConfigError(name, f"applies to {SHAPE_FIELDS[name]} only; {spec.name} is "
+                                        f"{self.description or 'a ' + self.name + ' model'}")
+
+    def default_input(self, spec: "ModelSpec") -> str:
+        """The input a model gets when no shape field is given, as `bench models` lists it."""
+        return ""
+
+    def sample_shape(self, cfg) -> str:
+        """One sample's shape, as rows record it (input_shape)."""
+        raise NotImplementedError
+
+    def make_workload(self, spec: "ModelSpec", cfg, device, dtype, rank: int = 0) -> Workload:
+        """The synthetic batch on `device` (inputs in `dtype` where they are floating point); each
+        rank draws its own samples, as in real data-parallel training."""
+        raise NotImplementedError
+
+    def throughput_columns(self, cfg, samples_per_s: float) -> dict:
+        """The task's own rate columns beside samples_per_s (e.g. MPx/s)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A named model: its task, how to build it (weights=None / pretrained=False: nothing is ever
+    downloaded) and the inputs it takes. `task` may be given by name to register_model."""
+    name: str
+    task: Task | str
+    builder: Callable  # (cfg) -> torch.nn.Module
+    default_size: tuple[int, int, int | None] = (224, 224, None)  # width, height, depth
+    multiple_of: int = 1
+    min_size: int = 1
+    square: bool = False
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+    source: str = "torchvision"
+
+    def check(self, cfg) -> None:
+        """Fill the model's default input into `cfg` and refuse inputs it cannot take."""
+        self.task.check(self, cfg)
+
+    def build(self, cfg):
+        return self.builder(cfg)
+
+
+def random_tensor(shape, device, dtype, generator, memory_format=None):
+    """randn on the device in float32, then cast: the same values for every dtype and seed."""
+    import torch
+    t = torch.randn(shape, device=device, dtype=torch.float32, generator=generator).to(dtype)
+    return t.contiguous(memory_format=memory_format) if memory_format else t
+
+
+def first_tensor(output: Any):
+    """The first non-empty tensor in a model output (tensor, dict or list), for a finiteness check."""
+    import torch
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        for item in output:
+            found = first_tensor(item)
+            if found is not None and found.numel():
+                return found
+    return None
