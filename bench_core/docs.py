@@ -113,9 +113,20 @@ def models_reference() -> str:
     rows = []
     for m in model_table():
         aliases = ", ".join(_code(a) for a in m["aliases"].split(", ") if a)
-        rows.append([_code(m["name"]), _cell(m["task"]), _cell(m["default_input"]), aliases,
-                     _cell(m["source"]), _cell(m["notes"])])
-    return _table(["model", "task", "default input (WxH[xD])", "aliases", "source", "notes"], rows)
+        rows.append([_code(m["name"]), _cell(m["task"]), _cell(m["default_input"]), params_text(m["params"]),
+                     aliases, _cell(m["source"]), _cell(m["notes"])])
+    return _table(["model", "task", "default input (WxH[xD], or tokens)", "parameters", "aliases", "source",
+                   "notes"], rows)
+
+
+def params_text(count: int | None) -> str:
+    """25.6M, 1.24B: a parameter count as people say it (empty when unknown)."""
+    if not count:
+        return ""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return str(count)
 
 
 def precisions_reference() -> str:

@@ -32,7 +32,7 @@ def test_run_prints_a_table_and_writes_rows(tmp_path, capsys):
     out = tmp_path / "quick"
     proc = bench("run", *TINY_FLAGS, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "samples/s" in proc.stdout and "median" in proc.stdout
+    assert "images/s" in proc.stdout and "MPx/s" in proc.stdout and "median" in proc.stdout
     csv_lines = (out / "results.csv").read_text().splitlines()
     assert len(csv_lines) == 3  # header + 2 repeats
     runs = list((out / "runs").iterdir())
@@ -114,7 +114,7 @@ def test_sysinfo_and_help(capsys):
 
 def test_help_lists_choices_says_each_default_once_and_errors_point_at_the_subcommand(capsys):
     run_help = bench_here(capsys, "run", "--help").stdout
-    assert "--mode {train,infer}" in run_help and "--optimizer {sgd,adam,adamw}" in run_help
+    assert "--mode {train,infer,generate}" in run_help and "--optimizer {sgd,adam,adamw}" in run_help
     assert "--compile {off,default,reduce-overhead,max-autotune}" in run_help
     assert "(default: None)" not in run_help and "(default: train)" in run_help
     search_help = bench_here(capsys, "find-batch", "--help").stdout

@@ -178,7 +178,7 @@ def test_submitit_local_path_writes_results_in_the_usual_layout(tmp_path, capsys
                      "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "submitted job" in out and "samples/s" in out
+    assert "submitted job" in out and "images/s" in out
     (row,) = list(results.iter_rows(tmp_path))
     assert row["status"] == "ok" and row["world_size"] == 2 and row["global_batch_size"] == 4
     assert (tmp_path / "results.csv").exists() and len(list(tmp_path.glob("runs/*/rows.json"))) == 1

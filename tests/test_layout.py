@@ -25,6 +25,9 @@ ALLOWED_IN_FUNCTION = {
     # The model declarations are plain data that config validates names against; the 3D UNet is
     # torch code, imported only when that model is built.
     ("bench_core.workload.volumetric", "bench_core.workload.unet3d"),
+    # Generation subclasses transformers' StoppingCriteria (torch and transformers code): imported
+    # only when a generate workload is made.
+    ("bench_core.workload.text", "bench_core.workload.generation"),
 }
 
 

@@ -132,13 +132,14 @@ def format_rows(rows: list[dict]) -> str:
             f" x{rows[0].get('world_size') or 1} on {rows[0].get('device_name') or rows[0]['device']}")
     if ok.empty:
         return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}" for r in rows)
-    cols = {"repeat": "repeat", "status": "status", "samples_per_s": "samples/s", "batches_per_s": "batches/s",
+    samples = rows[0].get("sample_unit") or "samples/s"
+    cols = {"repeat": "repeat", "status": "status", "samples_per_s": samples, "batches_per_s": "batches/s",
             "step_time_ms_median": "step ms (median)", "step_time_ms_p5": "p5", "step_time_ms_p95": "p95",
             "step_time_cv": "CV", "timed_steps": "steps", "timed_s": "window s"}
-    if ok["mvox_per_s"].notna().any():
-        cols["mvox_per_s"] = "MVox/s"
-    else:
-        cols["mpx_per_s"] = "MPx/s"
+    # The task's own rates, where it has them: tokens/s (and generate's phases), MVox/s, MPx/s.
+    extra = {"tokens_per_s": "tokens/s", "ttft_ms_median": "TTFT ms", "decode_tokens_per_s": "decode tok/s",
+             "itl_ms_median": "ITL ms", "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s"}
+    cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
     shown = table[list(cols)].rename(columns=cols)
     median = ok[[c for c in cols if c not in ("repeat", "status")]].median(numeric_only=True)
     median_row = {cols[k]: v for k, v in median.items()}
@@ -150,6 +151,8 @@ def format_rows(rows: list[dict]) -> str:
     mem = rows[0].get("peak_mem_allocated_bytes") or rows[0].get("peak_rss_bytes")
     if mem:
         extras.append(f"peak memory {mem / 2**20:.0f} MiB")
+    if rows[0].get("kv_cache_bytes"):
+        extras.append(f"KV cache {rows[0]['kv_cache_bytes'] / 2**20:.3g} MiB")
     if rows[0].get("batch_search"):
         extras.append(rows[0]["batch_search"])
     return head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n" + \

@@ -17,12 +17,15 @@ from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
 
-MODES = ("train", "infer")
+MODES = ("train", "infer", "generate")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
 DEFAULT_MAX_BATCH = 4096     # the search's default cap
 SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
+# Fields added after results were first recorded: they count in a configuration's hash only when set,
+# so a configuration measured before they existed keeps its hash (a sweep re-run finds it complete).
+HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens")
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -41,7 +44,9 @@ class BenchConfig:
 
     model: str = field(default="resnet50", metadata=_opt(
         "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
-    mode: str = field(default="train", metadata=_opt("train or infer", choices=MODES))
+    mode: str = field(default="train", metadata=_opt(
+        "train, infer (one forward pass) or generate (text decoders: a prompt, then new_tokens tokens with the "
+        "KV cache)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
         "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
     batch_size: int | str = field(default=16, metadata=_opt(
@@ -55,6 +60,11 @@ class BenchConfig:
     width: int | None = field(default=None, metadata=_opt("input width in px (default: the model's)"))
     height: int | None = field(default=None, metadata=_opt("input height in px (default: the model's)"))
     depth: int | None = field(default=None, metadata=_opt("input depth in voxels (3D models only)"))
+    seq_len: int | None = field(default=None, metadata=_opt(
+        "tokens per sequence, text models in train and infer (default: the model's)"))
+    prompt_len: int | None = field(default=None, metadata=_opt("prompt tokens per sequence, mode generate (default 256)"))
+    new_tokens: int | None = field(default=None, metadata=_opt(
+        "tokens generated per sequence, exactly, mode generate (default 64)"))
     steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
     min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
     warmup_steps: int = field(default=5, metadata=_opt(
@@ -104,10 +114,14 @@ class BenchConfig:
     def config_hash(self) -> str:
         """Stable id of what is measured (the same config always has the same hash).
 
-        The search's settings count only with batch_size max (they change nothing else)."""
+        The search's settings count only with batch_size max (they change nothing else), and the
+        fields of HASHED_WHEN_SET only when set."""
         values = self.to_dict()
         if self.batch_size != MAX_BATCH:
             for name in SEARCH_FIELDS:
+                values.pop(name)
+        for name in HASHED_WHEN_SET:
+            if values[name] is None:
                 values.pop(name)
         blob = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -251,7 +265,10 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.width = _as_int("width", cfg.width, minimum=1, optional=True)
     cfg.height = _as_int("height", cfg.height, minimum=1, optional=True)
     cfg.depth = _as_int("depth", cfg.depth, minimum=1, optional=True)
-    spec.check(cfg)  # fills the model's default input, refuses inputs and settings its task cannot take
+    cfg.seq_len = _as_int("seq_len", cfg.seq_len, minimum=1, optional=True)
+    cfg.prompt_len = _as_int("prompt_len", cfg.prompt_len, minimum=1, optional=True)
+    cfg.new_tokens = _as_int("new_tokens", cfg.new_tokens, minimum=1, optional=True)
+    spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
 
 
 def _is_endpoint(text: str) -> bool:

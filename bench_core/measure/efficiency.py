@@ -56,7 +56,8 @@ def _cost_columns(row: dict, cfg) -> dict:
     samples_per_s = row.get("samples_per_s")
     if price is None or not samples_per_s:
         return {}
-    devices = row.get("world_size") or 1
-    return {"cost_per_million_samples": price * devices / (samples_per_s * 3600.0) * 1e6}
+    per_second = price * (row.get("world_size") or 1) / 3600.0
+    throughput = row.get("throughput") or samples_per_s
+    return {"cost_per_million_samples": per_second / samples_per_s * 1e6, "cost_per_million": per_second / throughput * 1e6}
 
 

@@ -77,6 +77,7 @@ def collect(device: torch.device | None = None) -> dict:
         "torch_version": torch.__version__,
         "torchvision_version": _version("torchvision"),
         "timm_version": _version("timm"),
+        "transformers_version": _version("transformers"),
         "smp_version": _version("segmentation-models-pytorch"),
         "cuda_version": torch.version.cuda if cuda else None,
         "cudnn_version": str(torch.backends.cudnn.version()) if cuda and torch.backends.cudnn.is_available() else None,

@@ -40,14 +40,55 @@ CPU_PEAK_MAX_S = 3.0                   # per op: a slow (emulated) path stops he
 BUSY_LOAD_PER_CORE = 1.5
 
 
-def count_flops(step: Callable[[], object]) -> int | None:
-    """FLOPs of one call of `step` (train: forward + backward)."""
+COUNTED = "counted: FlopCounterMode over one step (grouped-conv backward corrected, CPU attention counted)"
+# The fused scaled-dot-product-attention kernels, by the aten op torch dispatches to.
+ATTENTION_KERNELS = {"_scaled_dot_product_flash_attention": "flash",
+                     "_scaled_dot_product_efficient_attention": "efficient",
+                     "_scaled_dot_product_cudnn_attention": "cudnn",
+                     "_scaled_dot_product_flash_attention_for_cpu": "flash (cpu)",
+                     "_scaled_dot_product_fused_attention_overrideable": "fused (backend)"}
+
+
+@dataclass(frozen=True)
+class Counted:
+    flops: int | None                     # FLOPs of one step (train: forward + backward)
+    attention_kernels: tuple[str, ...]    # the fused attention kernels the step dispatched, by name
+
+
+def count_flops(step: Callable[[], object]) -> Counted:
+    """FLOPs of one call of `step`, and which fused attention kernels it ran."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
-    fixes = {torch.ops.aten.convolution_backward: _conv_backward_flop}
-    with FlopCounterMode(display=False, custom_mapping=fixes) as counter:
+    aten = torch.ops.aten
+    fixes = {aten.convolution_backward: _conv_backward_flop,
+             # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
+             aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
+             aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
+    seen: set[str] = set()
+
+    class Kernels(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._overloadpacket.__name__
+            if name in ATTENTION_KERNELS:
+                seen.add(ATTENTION_KERNELS[name])
+            return func(*args, **(kwargs or {}))
+
+    # Below the counter: it decomposes composite ops (SDPA under inference_mode) into the kernels seen here.
+    with Kernels(), FlopCounterMode(display=False, custom_mapping=fixes) as counter:
         step()
-    return counter.get_total_flops() or None
+    return Counted(counter.get_total_flops() or None, tuple(sorted(seen)))
+
+
+def _attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _attention_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                             **kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
 def _conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,

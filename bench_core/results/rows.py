@@ -16,7 +16,10 @@ from bench_core.config.schema import BenchConfig
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
 #    tf32_flags, nccl_version
 # 4: params_count
-SCHEMA_VERSION = 4
+# 5: text workloads: task, sample_unit, throughput and throughput_unit, tokens_per_s, generate's phases
+#    (ttft, prefill and decode rates, inter-token latency, output tokens, KV cache), attn_implementation,
+#    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -44,12 +47,24 @@ _MEASURED = [
     ("device_count", "devices of that type on this host"),
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
-    ("input_shape", "shape of one sample, e.g. 3x224x224"),
+    ("task", "what the model is run for: classification, segmentation, detection, volumetric, masked-lm, "
+             "causal-lm, seq2seq-lm"),
+    ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
+                    "'prompt 256 + 64 new tokens' (a generation)"),
     ("params_count", "parameters of the model as built (sum of numel over model.parameters(), as timm's "
                      "benchmark.py counts); empty when the model was never built"),
     ("timed_steps", "steps in the timed window"),
     ("timed_s", "wall seconds of the timed window (slowest rank)"),
-    ("samples_per_s", "global batch x timed steps / timed seconds"),
+    ("samples_per_s", "global batch x timed steps / timed seconds; a sample is what sample_unit says (an image, "
+                      "a volume, a sequence)"),
+    ("sample_unit", "what samples_per_s counts: images/s, volumes/s or sequences/s"),
+    ("throughput", "the rate in the workload's own unit (throughput_unit): samples_per_s for images and volumes, "
+                   "tokens_per_s for text"),
+    ("throughput_unit", "images/s | volumes/s | tokens/s: what a table or chart of throughput is in (never mixed on "
+                        "one axis)"),
+    ("tokens_per_s", "text: global batch x seq_len x timed steps / timed seconds in train and infer (every token of "
+                     "the sequence); in generate the output tokens: global batch x new_tokens x calls / timed "
+                     "seconds (prompt tokens not counted)"),
     ("samples_per_s_per_device", "samples_per_s / world_size"),
     ("batches_per_s", "timed steps x world size / timed seconds"),
     ("mpx_per_s", "width x height x global batch x steps / (seconds x 1e6); 2D models"),
@@ -62,6 +77,27 @@ _MEASURED = [
     ("step_time_ms_p95", "95th percentile step time, ms"),
     ("step_time_cv", "std / mean of step times"),
     ("step_times_ms", "every step time of the window, ms, space separated"),
+    ("output_tokens", "generate: new tokens each sequence got in every call, counted from the token marks (always "
+                      "new_tokens: a call that produces another count is an error)"),
+    ("ttft_ms_median", "generate: time to first token, ms: from a call's start to its first token's mark (the "
+                       "prefill: one forward over the prompt, with the first token chosen); median over the "
+                       "window's calls"),
+    ("ttft_ms_p95", "generate: 95th percentile of the time to first token over the window's calls, ms"),
+    ("prefill_tokens_per_s", "generate: prompt tokens per second of prefill: global batch x prompt_len x calls / "
+                             "the calls' summed time to first token"),
+    ("decode_s", "generate: seconds of decoding in the window: each call's first token's mark to its end, summed "
+                 "(time to first token + decode = the call's time)"),
+    ("decode_tokens_per_s", "generate: global batch x (new_tokens - 1) x calls / decode_s: the tokens after the "
+                            "first, per second of decoding"),
+    ("itl_ms_median", "generate: inter-token latency, ms: median of the gaps between successive tokens' marks (one "
+                      "decode step each), over the window"),
+    ("itl_ms_p95", "generate: 95th percentile inter-token latency, ms"),
+    ("kv_cache_bytes", "generate: bytes of the KV cache at the end of a call (keys and values of every layer, all "
+                       "sequences of the batch)"),
+    ("attn_implementation", "text: transformers' attention implementation (sdpa, eager, ...)"),
+    ("attention_kernel", "the fused scaled-dot-product-attention kernel torch ran (flash, efficient, cudnn, "
+                         "flash (cpu)), seen in the counted step; 'math (no fused kernel)' when SDPA ran without "
+                         "one; empty without SDPA"),
     ("first_step_ms", "the first (cold) step, untimed for throughput, ms"),
     ("compile_s", "torch.compile time (first compiled step), s; empty when compile is off"),
     ("warmup_s", "seconds of the untimed warm-up steps"),
@@ -95,7 +131,13 @@ _EFFICIENCY = [
     ("throttle_reasons", "clock-event reasons seen during the window"),
     ("cpu_util_pct_mean", "process CPU utilization, % of one core"),
     ("telemetry_note", "why telemetry columns are empty"),
-    ("flops_per_sample", "FLOPs per sample per step (FlopCounterMode, grouped-conv backward corrected; 1 MAC = 2 FLOPs; train = fwd + bwd)"),
+    ("flops_per_sample", "FLOPs per sample per step that achieved_tflops and MFU use (1 MAC = 2 FLOPs; train = fwd "
+                         "+ bwd): the task's formula where it has one (text), else counted (flops_method)"),
+    ("flops_method", "how flops_per_sample was found: counted (FlopCounterMode over one step, grouped-conv "
+                     "backward corrected, CPU attention counted) or the formula (text: 6N + 12·L·H·Q·T per "
+                     "trained token, 2N + 4·L·H·Q·T per forward token; PaLM appendix B)"),
+    ("flops_per_sample_counted", "FLOPs per sample FlopCounterMode counted over one step: beside a formula's "
+                                 "figure, so a reader can see the two agree"),
     ("achieved_tflops", "flops_per_sample x samples_per_s / 1e12"),
     ("peak_tflops", "dense peak TFLOP/s per device for the precision used"),
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),
@@ -105,6 +147,8 @@ _EFFICIENCY = [
     ("j_per_1k_samples", "joules per 1000 samples"),
     ("samples_per_s_per_w", "samples_per_s_per_device / power_w_mean"),
     ("cost_per_million_samples", "price_per_hour x devices / (samples_per_s x 3600) x 1e6"),
+    ("cost_per_million", "price_per_hour x devices / (throughput x 3600) x 1e6: the price of a million of "
+                         "throughput_unit's items (images, volumes, tokens)"),
     ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes)"),
 ]
 
@@ -113,7 +157,7 @@ _ENVIRONMENT = [
     ("host", "host name"), ("os", "operating system"), ("python_version", "Python version"),
     ("cpu_model", "CPU model"), ("cpu_count", "logical CPUs"), ("torch_threads", "torch default threads"),
     ("torch_version", "torch"), ("torchvision_version", "torchvision"), ("timm_version", "timm"),
-    ("smp_version", "segmentation-models-pytorch"), ("cuda_version", "CUDA runtime of torch"),
+    ("smp_version", "segmentation-models-pytorch"), ("transformers_version", "transformers"), ("cuda_version", "CUDA runtime of torch"),
     ("cudnn_version", "cuDNN"), ("nccl_version", "NCCL of torch (CUDA only; must match across nodes)"),
     ("driver_version", "NVIDIA driver"), ("gpu_count", "GPUs visible"),
     ("gpu_name", "GPU name"), ("gpu_uuid", "GPU UUID"), ("gpu_memory_bytes", "GPU memory"),

@@ -19,7 +19,7 @@ from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import ddp, profiling
-from bench_core.run.timing import StepStats, Window, time_one, timed_window
+from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
 from bench_core.workload.precision import (
@@ -140,16 +140,20 @@ class Session:
         torch.manual_seed(cfg.seed)
         self._apply_knobs()
         self.spec = spec = resolve_model(cfg.model)
-        model = spec.build(cfg).to(device)
+        task = spec.task
+        with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
+            model = spec.build(cfg).to(device)
         run["params_count"] = count_parameters(model)  # every later row of this run carries it
+        run.update(task=task.name, sample_unit=f"{task.sample}s/s", throughput_unit=task.unit, **task.model_facts(model))
+        formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
         if precision.cast_dtype:
             model = model.to(input_dtype)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train(cfg.mode == "train")
-        workload = spec.task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank)
-        run["input_shape"] = spec.task.sample_shape(cfg)
+        workload = task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank)
+        run["input_shape"] = task.sample_shape(cfg)
         model = ddp.wrap(model, device, cfg.mode)
 
         eager_step, self.last = _make_step(cfg, model, workload, precision, device)
@@ -163,7 +167,7 @@ class Session:
         first_s = time_one(self.step, backend)
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
-        flops_per_step = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
         # With compile on, the eager step has its own optimizer: once counted, drop it, or its
         # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
         del eager_step
@@ -174,8 +178,9 @@ class Session:
         run["warmup_s"] = time.perf_counter() - warm_start
         per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
         self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
+        run.update(workload.facts)  # what the workload learnt in its first steps (a KV cache's size)
         run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * ctx.world_size,
-                   flops_per_sample=flops_per_step / cfg.batch_size if flops_per_step else None)
+                   **_flops_fields(counted, formula, cfg.batch_size, run.get("attn_implementation")))
         return True
 
     def _window(self, repeat: int) -> dict:
@@ -189,6 +194,8 @@ class Session:
         window = ddp.slowest(window)
         row = {**self.run, "repeat": repeat,
                **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),
+               **(generation_columns(window, self.run["global_batch_size"], cfg.prompt_len, cfg.new_tokens)
+                  if cfg.mode == "generate" else {}),
                **_all_ranks_memory(backend.memory_stats(), ctx), **_all_ranks_telemetry(sampler.columns(), ctx),
                **_finiteness(cfg, self.last[0])}
         row["status"] = "ok" if row["loss_finite"] else "nan"
@@ -198,7 +205,7 @@ class Session:
         row = finish_row(row)
         self.rows.append(row)  # before the line that says so: a signal after it cannot lose the row
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat + 1}/{cfg.repeats} "
-                      f"{row['samples_per_s']:.1f} samples/s [{row['status']}]")
+                      f"{row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
         return row
 
     def _guarded(self, method, *args):
@@ -229,7 +236,8 @@ def _all_ranks_telemetry(columns: dict, ctx) -> dict:
 
 
 def _make_step(cfg, model, workload, precision: Precision, device):
-    """The step closure: exactly what a hand-written loop would do, nothing more."""
+    """The step closure: exactly what a hand-written loop would do, nothing more. A step takes
+    the window's `mark` (timed_window passes it); only generate uses it, after each new token."""
     last: list = [None]
     autocast_dtype = getattr(torch, precision.autocast_dtype) if precision.autocast_dtype else None
 
@@ -238,10 +246,18 @@ def _make_step(cfg, model, workload, precision: Precision, device):
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=autocast_dtype)
 
+    if cfg.mode == "generate":
+        generate = workload.generate_call
+
+        def generate_step(mark=None):
+            with torch.inference_mode(), autocast():
+                last[0] = generate(model, mark)
+        return generate_step, last
+
     if cfg.mode == "infer":
         call = workload.infer_call
 
-        def infer_step():
+        def infer_step(mark=None):
             with torch.inference_mode(), autocast():
                 last[0] = call(model)
         return infer_step, last
@@ -251,7 +267,7 @@ def _make_step(cfg, model, workload, precision: Precision, device):
     call, loss_of = workload.train_call, workload.loss
 
     if scaler is None:
-        def train_step():
+        def train_step(mark=None):
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = loss_of(call(model))
@@ -260,7 +276,7 @@ def _make_step(cfg, model, workload, precision: Precision, device):
             last[0] = loss
         return train_step, last
 
-    def scaled_train_step():
+    def scaled_train_step(mark=None):
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             loss = loss_of(call(model))
@@ -301,7 +317,7 @@ def _throughput(cfg, task: Task, window: Window, global_batch: int, world_size: 
     seconds = window.seconds
     return {
         "timed_steps": window.steps, "timed_s": seconds,
-        "samples_per_s": samples / seconds,
+        "samples_per_s": samples / seconds, "throughput": task.throughput(cfg, samples / seconds),
         "samples_per_s_per_device": samples / seconds / world_size,
         "batches_per_s": window.steps * world_size / seconds,
         **task.throughput_columns(cfg, samples / seconds),
@@ -309,6 +325,24 @@ def _throughput(cfg, task: Task, window: Window, global_batch: int, world_size: 
         **stats.to_columns(),
         "step_times_ms": " ".join(f"{s * 1e3:.3f}" for s in window.step_s),
     }
+
+
+# The attention kernel when transformers asked for SDPA and no fused kernel ran: SDPA's math
+# fallback decomposes into matmuls before dispatch, so no kernel of its own is seen.
+SDPA_MATH = "math (no fused kernel)"
+
+
+def _flops_fields(counted: flops.Counted, formula: tuple[float, str] | None, batch: int, attn: str | None) -> dict:
+    """FLOPs per sample as MFU divides them: the task's formula where it has one, else counted;
+    the counter's figure always beside it, and the attention kernels the counted step dispatched."""
+    per_sample_counted = counted.flops / batch if counted.flops else None
+    if formula is not None:
+        per_sample, method = formula
+    else:
+        per_sample, method = per_sample_counted, (flops.COUNTED if counted.flops else None)
+    kernel = ", ".join(counted.attention_kernels) or (SDPA_MATH if attn == "sdpa" else None)
+    return {"flops_per_sample": per_sample, "flops_method": method, "flops_per_sample_counted": per_sample_counted,
+            "attention_kernel": kernel}
 
 
 def _finiteness(cfg, output) -> dict:

@@ -1,14 +1,16 @@
-"""The timed window and the statistics of its step times.
+"""The timed window and the statistics of its step times, and of the phases inside a step.
 
 A window runs until it has both `min_steps` steps and `min_seconds` seconds. Throughput is
-samples in the window / window seconds, never a mean of per-step rates.
+samples in the window / window seconds, never a mean of per-step rates. A step may mark the
+window's clock inside itself (generate: after each new token), so its phases (prefill, decode)
+are timed on the same clock as the window, and never outside it.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from bench_core.devices import Backend
@@ -52,18 +54,21 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 @dataclass
 class Window:
-    """One timed window: its wall seconds and each step's seconds."""
+    """One timed window: its wall seconds, each step's seconds and, per step, the marks the step
+    made inside itself (seconds from the step's start; empty lists when it made none)."""
     seconds: float
     step_s: list[float]
+    inner_s: list[list[float]] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
         return len(self.step_s)
 
 
-def timed_window(step: Callable[[], object], backend: Backend, min_steps: int, min_seconds: float,
+def timed_window(step: Callable[..., object], backend: Backend, min_steps: int, min_seconds: float,
                  fixed_steps: int | None = None) -> Window:
-    """Run `step` until both minimums are met. Nothing but the step runs between marks.
+    """Run `step(mark)` until both minimums are met. Nothing but the step runs between marks;
+    `mark` (called by a step that times its phases) marks the same clock inside the step.
 
     On CUDA the loop condition reads the host clock, which runs ahead of the device by at
     most the launch queue; the window itself is measured by events, after one final sync.
@@ -72,24 +77,57 @@ def timed_window(step: Callable[[], object], backend: Backend, min_steps: int, m
     """
     backend.synchronize()
     clock = backend.new_clock()
+    inside = [0]  # marks the running step made inside itself
+    per_step: list[int] = []
+
+    def mark_inside() -> None:
+        clock.mark()
+        inside[0] += 1
+
+    def one_step() -> None:
+        inside[0] = 0
+        step(mark_inside)
+        clock.mark()
+        per_step.append(inside[0])
+
     if fixed_steps is not None:
         clock.mark()
         for _ in range(fixed_steps):
-            step()
-            clock.mark()
+            one_step()
     else:
         host_start = time.perf_counter()
         clock.mark()
-        steps = 0
-        while steps < min_steps or time.perf_counter() - host_start < min_seconds:
-            step()
-            clock.mark()
-            steps += 1
+        while len(per_step) < min_steps or time.perf_counter() - host_start < min_seconds:
+            one_step()
     marks = clock.seconds()  # syncs once on CUDA
-    return Window(seconds=marks[-1], step_s=[b - a for a, b in zip(marks, marks[1:])])
+    step_s, inner_s, start = [], [], 0
+    for count in per_step:
+        end = start + count + 1
+        step_s.append(marks[end] - marks[start])
+        inner_s.append([t - marks[start] for t in marks[start + 1:end]])
+        start = end
+    return Window(seconds=marks[-1], step_s=step_s, inner_s=inner_s)
 
 
-def time_one(step: Callable[[], object], backend: Backend) -> float:
+def generation_columns(window: Window, global_batch: int, prompt_len: int, new_tokens: int) -> dict:
+    """Generate's phases, each step one generate call whose inner marks end its new tokens: time to
+    first token (the prefill: step start to the first token's mark), decode (first token's mark to
+    the step's end: new_tokens - 1 tokens), and the inter-token latencies between the marks."""
+    ttft = [marks[0] for marks in window.inner_s]
+    decode = [seconds - marks[0] for seconds, marks in zip(window.step_s, window.inner_s)]
+    gaps = sorted((b - a) * 1e3 for marks in window.inner_s for a, b in zip(marks, marks[1:]))
+    ttft_ms = sorted(t * 1e3 for t in ttft)
+    return {
+        "output_tokens": min(len(marks) for marks in window.inner_s),
+        "ttft_ms_median": statistics.median(ttft_ms), "ttft_ms_p95": percentile(ttft_ms, 95),
+        "prefill_tokens_per_s": global_batch * prompt_len * len(ttft) / sum(ttft),
+        "decode_s": sum(decode),
+        "decode_tokens_per_s": global_batch * (new_tokens - 1) * len(decode) / sum(decode),
+        "itl_ms_median": statistics.median(gaps), "itl_ms_p95": percentile(gaps, 95),
+    }
+
+
+def time_one(step: Callable[..., object], backend: Backend) -> float:
     """Seconds of a single synchronized step (first step, compile)."""
     backend.synchronize()
     start = time.perf_counter()

@@ -22,6 +22,7 @@ from bench_core.errors import ConfigError
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, new_run_id, run_fields
+from bench_core.workload.models import resolve_model
 
 # Parameters of the template that are not BenchConfig fields: where rows go, and whether
 # configurations already complete in that run directory are measured again.
@@ -132,9 +133,9 @@ def safe_name(text: str) -> str:
 
 
 def describe(cfg: BenchConfig) -> dict:
-    shape = f"{cfg.width}x{cfg.height}" + (f"x{cfg.depth}" if cfg.depth else "")
     return {"model": cfg.model, "mode": cfg.mode, "precision": cfg.precision, "batch_size": cfg.batch_size,
-            "input": shape, "device": cfg.device, "config_hash": cfg.config_hash()}
+            "input": resolve_model(cfg.model).task.input_text(cfg), "device": cfg.device,
+            "config_hash": cfg.config_hash()}
 
 
 # -- completeness (shared with bench sweep) -------------------------------------------------

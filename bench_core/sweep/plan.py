@@ -285,7 +285,7 @@ def dry_run(plan: SweepPlan, out_dir: Path) -> int:
         print(f"note: {note}")
     for execution in plan.executions:
         first = execution.configs[0]
-        print(f"{execution.run_name}: {first.model} {first.precision} on {first.device}, {first.width}x{first.height}"
+        print(f"{execution.run_name}: {first.model} {first.precision} on {first.device}, {describe(first)['input']}"
               f", repeats {first.repeats}, min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
         for cfg in execution.configs:
             print(f"  {cfg.mode:<5} batch {cfg.batch_size}")

@@ -8,23 +8,27 @@ names against these declarations and must not load torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from bench_core.errors import ConfigError
 
 # Every config field that shapes an input, and what it applies to: a field set for a model whose
 # task does not read it is refused with this text.
-SHAPE_FIELDS = {"width": "image and 3D models", "height": "image and 3D models", "depth": "3D models"}
+SHAPE_FIELDS = {"width": "image and 3D models", "height": "image and 3D models", "depth": "3D models",
+                "seq_len": "text models in train and infer", "prompt_len": "text models in generate",
+                "new_tokens": "text models in generate"}
 
 
 @dataclass
 class Workload:
     """One configuration's synthetic batch, made once on the device, and how a step uses it."""
-    inputs: Any                            # what the model is called with
-    loss: Callable[[Any], Any]             # model output -> scalar loss tensor (training)
-    train_call: Callable[[Any], Any]       # model -> output, in a training step
-    infer_call: Callable[[Any], Any]       # model -> output, in an inference step
+    inputs: Any                                      # what the model is called with
+    loss: Callable[[Any], Any]                       # model output -> scalar loss tensor (training)
+    train_call: Callable[[Any], Any] | None          # model -> output, in a training step
+    infer_call: Callable[[Any], Any] | None          # model -> output, in an inference step
+    generate_call: Callable[..., Any] | None = None  # (model, mark) -> last output; marks each new token
+    facts: dict = field(default_factory=dict)        # row columns the workload learns as it runs (kv_cache_bytes)
 
 
 class Task:
@@ -36,14 +40,22 @@ class Task:
     sample = "sample"                        # what samples_per_s counts: image, volume, ...
     unit = "samples/s"                       # the throughput unit a row's samples_per_s is in
     shape_fields: tuple[str, ...] = ()       # the SHAPE_FIELDS this task reads
+    modes: tuple[str, ...] = ("train", "infer")
     description = ""                         # 'a 2D classification model': how refusals name the model
 
     def check(self, spec: "ModelSpec", cfg) -> None:
         """Fill the model's defaults into `cfg` and refuse what it cannot take (ConfigError)."""
+        described = self.description or f"a {self.name} model"
         for name in SHAPE_FIELDS:
             if name not in self.shape_fields and getattr(cfg, name, None) is not None:
-                raise ConfigError(name, f"applies to {SHAPE_FIELDS[name]} only; {spec.name} is "
-                                        f"{self.description or 'a ' + self.name + ' model'}")
+                raise ConfigError(name, f"applies to {SHAPE_FIELDS[name]} only; {spec.name} is {described}")
+        if cfg.mode not in self.modes:
+            raise ConfigError("mode", f"{cfg.mode} does not apply to {spec.name}, {described}; "
+                                      f"allowed: {', '.join(self.modes)}")
+
+    def build(self, spec: "ModelSpec", cfg):
+        """The model, with random weights."""
+        return spec.builder(cfg)
 
     def default_input(self, spec: "ModelSpec") -> str:
         """The input a model gets when no shape field is given, as `bench models` lists it."""
@@ -53,14 +65,31 @@ class Task:
         """One sample's shape, as rows record it (input_shape)."""
         raise NotImplementedError
 
+    def input_text(self, cfg) -> str:
+        """The input in a few characters, as plans list it: 64x64, 64x64x16 (its shape fields that are set)."""
+        return "x".join(str(getattr(cfg, name)) for name in self.shape_fields if getattr(cfg, name) is not None)
+
     def make_workload(self, spec: "ModelSpec", cfg, device, dtype, rank: int = 0) -> Workload:
         """The synthetic batch on `device` (inputs in `dtype` where they are floating point); each
         rank draws its own samples, as in real data-parallel training."""
         raise NotImplementedError
 
+    def throughput(self, cfg, samples_per_s: float) -> float:
+        """The rate in the task's unit (tokens/s from sequences/s, ...); the sample rate by default."""
+        return samples_per_s
+
     def throughput_columns(self, cfg, samples_per_s: float) -> dict:
         """The task's own rate columns beside samples_per_s (e.g. MPx/s)."""
         return {}
+
+    def model_facts(self, model) -> dict:
+        """Row columns read off the built model (e.g. the attention implementation)."""
+        return {}
+
+    def formula_flops(self, model, cfg) -> tuple[float, str] | None:
+        """FLOPs per sample by the task's standard formula and the formula's name, where it has one
+        (MFU then divides it, and the FLOP counter's figure is recorded beside it); None: counted."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -83,7 +112,7 @@ class ModelSpec:
         self.task.check(self, cfg)
 
     def build(self, cfg):
-        return self.builder(cfg)
+        return self.task.build(self, cfg)
 
 
 def random_tensor(shape, device, dtype, generator, memory_format=None):

@@ -1,5 +1,5 @@
 """The model registry: every family's tasks and models by name and alias, models named by a
-library prefix (timm:<name>, torchvision:<name>), and what `bench models` lists.
+library prefix (timm:<name>, torchvision:<name>, hf:<model_type>), and what `bench models` lists.
 
 Each family module declares its TASKS and MODELS (and any PREFIXES); this module only gathers
 them. Every builder passes weights=None / pretrained=False: nothing is ever downloaded.
@@ -7,12 +7,14 @@ them. Every builder passes weights=None / pretrained=False: nothing is ever down
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 
 from bench_core.errors import ConfigError
-from bench_core.workload import detection, vision, volumetric
-from bench_core.workload.family import ModelSpec, Task
+from bench_core.workload import detection, text, vision, volumetric
+from bench_core.workload.family import SHAPE_FIELDS, ModelSpec, Task
 
-FAMILIES = (vision, volumetric, detection)
+FAMILIES = (vision, volumetric, detection, text)
 TASKS: dict[str, Task] = {task.name: task for family in FAMILIES for task in family.TASKS}
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for family in FAMILIES for spec in family.MODELS}
 PREFIXES = {prefix: make for family in FAMILIES for prefix, make in getattr(family, "PREFIXES", {}).items()}
@@ -53,9 +55,22 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+@functools.cache
+def parameter_count(name: str) -> int:
+    """A registered model's parameters at its default input, counted on torch's meta device (no
+    memory, no weights: an 8B model in a fraction of a second)."""
+    import torch
+    spec = REGISTRY[name]
+    defaults = types.SimpleNamespace(mode="train", channels_last=False, compile="off", **dict.fromkeys(SHAPE_FIELDS))
+    spec.check(defaults)
+    with torch.device("meta"):
+        return count_parameters(spec.build(defaults))
+
+
 def model_table() -> list[dict]:
-    """What `bench models` prints."""
+    """What `bench models` prints: every built-in model with its task, default input and parameters."""
     rows = [{"name": spec.name, "task": spec.task.name, "default_input": spec.task.default_input(spec),
-             "aliases": ", ".join(spec.aliases), "source": spec.source, "notes": spec.notes}
+             "params": parameter_count(spec.name), "aliases": ", ".join(spec.aliases), "source": spec.source,
+             "notes": spec.notes}
             for spec in (REGISTRY[name] for name in _BUILTIN)]
-    return rows + [dict(row) for family in FAMILIES for row in getattr(family, "PREFIX_ROWS", ())]
+    return rows + [{**row, "params": None} for family in FAMILIES for row in getattr(family, "PREFIX_ROWS", ())]
