@@ -32,9 +32,9 @@ def test_pareto_front_keeps_only_points_nothing_beats_on_both():
 
 
 def test_the_pick_is_the_cheapest_within_ten_percent_of_the_fastest():
-    group = pd.DataFrame({"samples_per_s": [100.0, 91.0, 89.0], "cost_per_million_samples": [10.0, 7.0, 1.0]})
+    group = pd.DataFrame({"throughput": [100.0, 91.0, 89.0], "cost_per_million": [10.0, 7.0, 1.0]})
     assert cheapest_near_fastest(group) == 1          # 89 is 11 % slower: out, however cheap
-    group = pd.DataFrame({"samples_per_s": [100.0, 50.0], "cost_per_million_samples": [10.0, 1.0]})
+    group = pd.DataFrame({"throughput": [100.0, 50.0], "cost_per_million": [10.0, 1.0]})
     assert cheapest_near_fastest(group) == 0          # nothing is near: the fastest is the pick
 
 
@@ -53,8 +53,10 @@ def priced_results(tmp_path_factory):
         copy = []
         for row in rows:
             row = dict(row, run_id=f"{name}-run", host=name, device_name=name.upper(),
-                       samples_per_s=row["samples_per_s"] * speed, price_per_hour=price)
+                       samples_per_s=row["samples_per_s"] * speed, throughput=row["throughput"] * speed,
+                       price_per_hour=price)
             row["cost_per_million_samples"] = price / (row["samples_per_s"] * 3600) * 1e6
+            row["cost_per_million"] = price / (row["throughput"] * 3600) * 1e6
             copy.append(row)
         (out / "runs" / name).mkdir()
         (out / "runs" / name / "rows.json").write_text(json.dumps(copy))
@@ -65,7 +67,8 @@ def priced_results(tmp_path_factory):
 def test_the_report_draws_the_frontier_and_names_the_pick(priced_results, tmp_path):
     html = build_report(priced_results.dirs, tmp_path / "report.html").read_text()
     section = html[html.index('id="Cost-frontier"'):html.index('id="Published-figures"')]
-    assert "Cost frontier: throughput against cost per million samples" in section  # the chart's alt text
+    assert "Cost frontier: throughput against cost per million items" in section  # the chart's alt text
+    assert "images/s at" in section and "per million images" in section
     assert "the cheapest within 10% of the fastest is MID-GPU" in section
     assert "faster and cheaper" in html and "This section could not be drawn" not in section
 
@@ -82,5 +85,5 @@ def test_three_machines_give_a_frontier_and_a_pick(priced_results):
 
 
 def test_no_price_no_points(priced_results):
-    rows = priced_results.rows.assign(cost_per_million_samples=np.nan)
+    rows = priced_results.rows.assign(cost_per_million=np.nan)
     assert cost_points(type(priced_results)(rows=rows, dirs=priced_results.dirs)).empty

@@ -55,6 +55,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
     one_device = statistics.median(r["samples_per_s"] for r in one)
     two = [{**copy.deepcopy(one[0]), "run_id": "gpu-ddp", "world_size": 2, "nproc_per_node": 2, "dist_backend": "nccl",
             "global_batch_size": 4, "samples_per_s": one_device * 1.8, "samples_per_s_per_device": one_device * 0.9,
+            "throughput": one_device * 1.8,
             "repeat": i} for i in range(2)]
     results.write_run(gpu, "gpu-ddp", two)
 
@@ -96,7 +97,7 @@ def _as_other_machine(row: dict, speed: float) -> dict:
     out = copy.deepcopy(row)
     out.update(run_id="gpu-runs", host="gpu-node-1", device_type="cuda", device_name="Tesla V100-SXM2-16GB",
                gpu_name="Tesla V100-SXM2-16GB", gpu_count=1, peak_mem_allocated_bytes=300 * 2**20)
-    for name in ("samples_per_s", "samples_per_s_per_device", "batches_per_s", "mpx_per_s"):
+    for name in ("samples_per_s", "samples_per_s_per_device", "batches_per_s", "mpx_per_s", "throughput"):
         out[name] = row[name] * speed
     for name in ("s_per_iter", "step_time_ms_median", "step_time_ms_mean", "step_time_ms_p5", "step_time_ms_p95"):
         out[name] = row[name] / speed
@@ -234,7 +235,8 @@ def test_compile_and_channels_last_are_compared_where_both_variants_ran(dirs, tm
     infer row: each compared with the rows it was copied from."""
     assert summary.settings_effects(summary.load_results([dirs["cpu"]])).empty  # no pair: nothing to compare
     rows = [r for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
-    layout = [{**r, "run_id": "nhwc", "channels_last": True, "samples_per_s": r["samples_per_s"] * 1.3}
+    layout = [{**r, "run_id": "nhwc", "channels_last": True, "samples_per_s": r["samples_per_s"] * 1.3,
+              "throughput": r["throughput"] * 1.3}
               for r in rows if r["precision"] == "fp32"]
     compiled = [{**r, "run_id": "compiled", "compile": "default"} for r in rows
                 if (r["mode"], r["precision"], r["repeat"]) == ("infer", "fp32", 0)]
@@ -289,7 +291,7 @@ def test_one_model_at_one_precision_draws_every_section(dirs, tmp_path):
     results.write_run(tmp_path / "lab", "one", rows)
     html = build_report([tmp_path / "lab"], tmp_path / "report.html").read_text()
     assert "could not be drawn" not in html
-    assert "Throughput by model and precision" in html  # the chart's alt text: it was drawn
+    assert "Throughput in images/s by model and precision" in html  # the chart's alt text: it was drawn
 
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
@@ -362,7 +364,7 @@ def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():
     import pandas as pd
     curve = pd.DataFrame({"machine": "m", "model": "r", "mode": "train", "precision": "fp32", "input_shape": "3x8x8",
                           "world_size": 1, "compile": "off", "channels_last": False,
-                          "batch_size": [1, 2, 4, 8, 16], "samples_per_s": [10, 50, 91, 100, 98],
+                          "batch_size": [1, 2, 4, 8, 16], "throughput": [10, 50, 91, 100, 98],
                           "step_time_ms": [1, 2, 3, 4, 5]})
     knee = summary.knee_points(curve).iloc[0]
     assert knee["knee_batch_size"] == 4 and knee["best_batch_size"] == 8
@@ -451,7 +453,7 @@ def test_report_works_offline_in_a_real_browser_and_its_tables_sort(combined):
 
         # A click on a header sorts that table by the numbers' values, not their text.
         headline = page.locator("#Headline-results").locator("xpath=following::table[contains(@class,'dataTable')][1]")
-        column = [h.strip() for h in headline.locator("thead th").all_inner_texts()].index("samples/s (median)") + 1
+        column = [h.strip() for h in headline.locator("thead th").all_inner_texts()].index("throughput (median)") + 1
         cells = headline.locator(f"tbody tr td:nth-child({column})")
         header = headline.locator(f"thead th:nth-child({column})")
         before = [_number(t) for t in cells.all_inner_texts()]

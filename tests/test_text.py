@@ -203,3 +203,54 @@ def test_the_model_table_names_each_family_once():
     tasks = {row["task"] for row in model_table()}
     assert {"classification", "masked-lm", "causal-lm", "seq2seq-lm"} <= tasks
 
+
+def _as_faster_machine(row: dict, speed: float) -> dict:
+    """The same row as if measured on another host `speed` times faster (every rate and time edited)."""
+    out = dict(row, run_id=f"{row['run_id']}-b", host="other-host", device_name="Other CPU")
+    for name in ("samples_per_s", "samples_per_s_per_device", "batches_per_s", "throughput", "tokens_per_s",
+                 "mpx_per_s", "decode_tokens_per_s", "prefill_tokens_per_s"):
+        if out.get(name) is not None:
+            out[name] = row[name] * speed
+    for name in ("timed_s", "ttft_ms_median", "ttft_ms_p95", "itl_ms_median", "itl_ms_p95", "decode_s",
+                 "step_time_ms_median"):
+        if out.get(name) is not None:
+            out[name] = row[name] / speed
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixed_results(tmp_path_factory):
+    """resnet18 (images/s) and llama-tiny (tokens/s: train, and generate at batch 1 and 2) on this machine
+    (a) and, edited, on a machine 1.5x faster (b)."""
+    from bench_core import results
+    a, b = tmp_path_factory.mktemp("machine-a"), tmp_path_factory.mktemp("machine-b")
+    configs = [dict(model="resnet18", width=32, height=32, mode="infer"), dict(model="llama-tiny", seq_len=16),
+               dict(model="llama-tiny", mode="generate", prompt_len=8, new_tokens=4, batch_size=1),
+               dict(model="llama-tiny", mode="generate", prompt_len=8, new_tokens=4, batch_size=2)]
+    for changes in configs:
+        rows = run_benchmark(BenchConfig(**{**TINY_TEXT, "repeats": 2, **changes}))
+        assert all(r["status"] == "ok" for r in rows), rows[0]["message"]
+        results.write_run(a, rows[0]["run_id"], rows)
+        results.write_run(b, rows[0]["run_id"], [_as_faster_machine(r, 1.5) for r in rows])
+    return a, b
+
+
+def test_a_report_of_images_and_tokens_on_two_machines_gives_each_unit_its_own_axis(mixed_results, tmp_path):
+    from bench_core.summary.report import build_report
+    html = build_report(list(mixed_results), tmp_path / "report.html").read_text()
+    assert "could not be drawn" not in html
+    assert "Throughput in images/s by model and precision" in html  # one chart per unit (the charts' alt text)
+    assert "Throughput in tokens/s by model and precision" in html
+    assert "never share an axis" in html
+    assert "Decode tokens/s and time to first token against batch size" in html
+    assert "prompt 8 + 4 new tokens" in html and "framework-level" in html
+
+
+def test_machines_and_diff_compare_text_rows_in_their_unit(mixed_results):
+    from bench_core import summary
+    res = summary.load_results(list(mixed_results))
+    table, _, _, _ = summary.relative_speed(res)
+    text = table[table["model"] == "llama-tiny"]
+    assert set(text["throughput_unit"]) == {"tokens/s"} and (text["ratio"].round(6) == 1.5).all()
+    diff = summary.diff_results(*mixed_results)
+    assert diff.compared == 4 and diff.table["configuration"].str.contains("16 tokens").any()

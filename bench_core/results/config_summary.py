@@ -38,7 +38,10 @@ SUMMARY_COLUMNS = [
     ("runs", "runs of this configuration recorded in the folder"),
     ("message", "the latest failure's message; empty when every repeat is ok"),
     ("samples_per_s_median", "median samples_per_s of the ok repeats (all devices together)"),
-    ("throughput_unit", "what a sample is: images/s (2D input) or volumes/s (3D input)"),
+    ("sample_unit", "what a sample is: images/s, volumes/s or sequences/s"),
+    ("throughput_median", "median throughput of the ok repeats in the workload's own unit (throughput_unit): "
+                          "samples/s for images and volumes, tokens/s for text"),
+    ("throughput_unit", "images/s, volumes/s or tokens/s"),
     ("samples_per_s_min", "slowest ok repeat, samples/s"),
     ("samples_per_s_q25", "25th percentile of the ok repeats, samples/s (linear interpolation, as pandas)"),
     ("samples_per_s_q75", "75th percentile of the ok repeats, samples/s"),
@@ -109,7 +112,10 @@ def _summary_line(group: list[dict]) -> dict:
     allocated = _numbers(ok, "peak_mem_allocated_bytes")
     memory = allocated or _numbers(ok, "peak_rss_bytes")
     energy = _numbers(ok, "j_per_1k_samples")
-    line.update(samples_per_s_median=median, throughput_unit=_unit(ok[0].get("input_shape")),
+    sample_unit, unit = _units(ok[0])
+    throughput = _numbers(ok, "throughput") if unit != sample_unit else speeds
+    line.update(samples_per_s_median=median, sample_unit=sample_unit, throughput_unit=unit,
+                throughput_median=_median(throughput),
                 samples_per_s_min=min(speeds), samples_per_s_q25=q25, samples_per_s_q75=q75,
                 samples_per_s_max=max(speeds), samples_per_s_spread_pct=(max(speeds) - min(speeds)) / median * 100,
                 step_time_ms_median=_median(_numbers(ok, "step_time_ms_median")),
@@ -144,9 +150,13 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
     return q25, q75
 
 
-def _unit(input_shape) -> str | None:
-    dims = len(_text(input_shape).split("x"))
-    return {3: "images/s", 4: "volumes/s"}.get(dims)
+def _units(row: dict) -> tuple[str | None, str | None]:
+    """(sample_unit, throughput_unit) as the row says them; rows of schema 4 and older have neither:
+    an image (3-dim sample) or a volume (4-dim), counted in samples."""
+    if _text(row.get("throughput_unit")):
+        return _text(row.get("sample_unit")) or None, _text(row["throughput_unit"])
+    unit = {3: "images/s", 4: "volumes/s"}.get(len(_text(row.get("input_shape")).split("x")))
+    return unit, unit
 
 
 def _median(values: list[float]) -> float | None:

@@ -92,6 +92,11 @@ from bench_core.summary.reference import (  # noqa: F401 - re-exported
     reference_matches,
     reference_scaling,
 )
+from bench_core.summary.sequences import (  # noqa: F401 - re-exported
+    generation_table,
+    sequence_table,
+    show_sequences,
+)
 from bench_core.summary.speed import (  # noqa: F401 - re-exported
     show_amp_speedup,
     show_batch_curves,

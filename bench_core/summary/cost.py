@@ -2,7 +2,7 @@
 
 For each workload (model, mode, input) every configuration that ran it (machine, precision,
 batch, devices, compile, channels_last) is one point: median throughput against median cost per
-million samples. A point is on the Pareto frontier when no other point is at least as fast and at
+million of the workload's items (images, volumes, tokens: its throughput unit). A point is on the Pareto frontier when no other point is at least as fast and at
 least as cheap, and better in one. The pick is the cheapest configuration within
 `NEAR_FASTEST` of the fastest. Prices come from the rows (`price_per_hour` per device-hour).
 """
@@ -19,7 +19,7 @@ from bench_core.summary.html import (
     show_figure,
     show_table,
 )
-from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.load import WORKLOAD, Results, unit_items
 from bench_core.summary.text import num_text
 
 NEAR_FASTEST = 0.10   # "within 10 % of the fastest"
@@ -28,21 +28,21 @@ OPTION = ["machine", *[k for k in WORKLOAD if k not in GROUP]]   # what they can
 
 
 def cost_points(res: Results) -> pd.DataFrame:
-    """One point per configuration with a price: median samples/s (IQR) and median cost per million samples."""
-    ok = res.ok.dropna(subset=["cost_per_million_samples", "samples_per_s"])
-    ok = ok[(ok["cost_per_million_samples"] > 0) & (ok["samples_per_s"] > 0)]
+    """One point per configuration with a price: median throughput (IQR) in its unit and median cost per million items."""
+    ok = res.ok.dropna(subset=["cost_per_million", "throughput"])
+    ok = ok[(ok["cost_per_million"] > 0) & (ok["throughput"] > 0)]
     if ok.empty:
         return pd.DataFrame()
     points = ok.groupby(GROUP + OPTION, dropna=False, sort=False).agg(
-        repeats=("samples_per_s", "count"), samples_per_s=("samples_per_s", "median"),
-        q25=("samples_per_s", lambda s: s.quantile(0.25)), q75=("samples_per_s", lambda s: s.quantile(0.75)),
-        cost_per_million_samples=("cost_per_million_samples", "median"),
+        repeats=("throughput", "count"), throughput=("throughput", "median"),
+        q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
+        cost_per_million=("cost_per_million", "median"), throughput_unit=("throughput_unit", "first"),
         price_per_hour=("price_per_hour", "median")).reset_index()
     points["pareto"] = False
     points["pick"] = False
     for _, group in points.groupby(GROUP, dropna=False, sort=False):
-        points.loc[group.index, "pareto"] = pareto_front(group["samples_per_s"].to_numpy(),
-                                                         group["cost_per_million_samples"].to_numpy())
+        points.loc[group.index, "pareto"] = pareto_front(group["throughput"].to_numpy(),
+                                                         group["cost_per_million"].to_numpy())
         points.loc[cheapest_near_fastest(group), "pick"] = True
     return points
 
@@ -56,24 +56,25 @@ def pareto_front(speed: np.ndarray, cost: np.ndarray) -> np.ndarray:
 
 def cheapest_near_fastest(group: pd.DataFrame, near: float = NEAR_FASTEST):
     """The index of the cheapest point whose throughput is within `near` of the fastest (ties: the faster)."""
-    fastest = group["samples_per_s"].max()
-    close = group[group["samples_per_s"] >= (1 - near) * fastest]
-    return close.sort_values(["cost_per_million_samples", "samples_per_s"], ascending=[True, False]).index[0]
+    fastest = group["throughput"].max()
+    close = group[group["throughput"] >= (1 - near) * fastest]
+    return close.sort_values(["cost_per_million", "throughput"], ascending=[True, False]).index[0]
 
 
 def picks_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per workload: the fastest configuration and the cheapest within NEAR_FASTEST of it."""
     lines = []
     for _, group in points.groupby(GROUP, dropna=False, sort=False):
-        fastest = group.loc[group["samples_per_s"].idxmax()]
+        fastest = group.loc[group["throughput"].idxmax()]
         pick = group[group["pick"]].iloc[0]
-        lines.append({**{k: pick[k] for k in GROUP}, "options": len(group), "on_frontier": int(group["pareto"].sum()),
-                      "fastest": option_text(fastest), "fastest_samples_per_s": fastest["samples_per_s"],
-                      "fastest_cost": fastest["cost_per_million_samples"],
-                      "pick": option_text(pick), "pick_samples_per_s": pick["samples_per_s"],
-                      "pick_cost": pick["cost_per_million_samples"],
-                      "slower_pct": 100 * (1 - pick["samples_per_s"] / fastest["samples_per_s"]),
-                      "cheaper_pct": 100 * (1 - pick["cost_per_million_samples"] / fastest["cost_per_million_samples"])})
+        lines.append({**{k: pick[k] for k in GROUP}, "throughput_unit": pick["throughput_unit"], "options": len(group),
+                      "on_frontier": int(group["pareto"].sum()),
+                      "fastest": option_text(fastest), "fastest_throughput": fastest["throughput"],
+                      "fastest_cost": fastest["cost_per_million"],
+                      "pick": option_text(pick), "pick_throughput": pick["throughput"],
+                      "pick_cost": pick["cost_per_million"],
+                      "slower_pct": 100 * (1 - pick["throughput"] / fastest["throughput"]),
+                      "cheaper_pct": 100 * (1 - pick["cost_per_million"] / fastest["cost_per_million"])})
     return pd.DataFrame(lines)
 
 
@@ -107,19 +108,20 @@ def show_cost_frontier(res: Results) -> None:
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
     hue_order = sorted(points["machine"].unique())
     for ax, (key, group) in zip(axes.flat, groups):
-        sns.scatterplot(data=group, x="cost_per_million_samples", y="samples_per_s", hue="machine",
+        sns.scatterplot(data=group, x="cost_per_million", y="throughput", hue="machine",
                         style="precision", hue_order=hue_order, s=60, ax=ax, legend=ax is axes.flat[0])
-        ax.errorbar(group["cost_per_million_samples"], group["samples_per_s"],
-                    yerr=[group["samples_per_s"] - group["q25"], group["q75"] - group["samples_per_s"]],
+        ax.errorbar(group["cost_per_million"], group["throughput"],
+                    yerr=[group["throughput"] - group["q25"], group["q75"] - group["throughput"]],
                     fmt="none", ecolor="#888", elinewidth=1, capsize=2, zorder=0)
-        front = group[group["pareto"]].sort_values("cost_per_million_samples")
-        ax.plot(front["cost_per_million_samples"], front["samples_per_s"], color="black", linewidth=1,
+        front = group[group["pareto"]].sort_values("cost_per_million")
+        ax.plot(front["cost_per_million"], front["throughput"], color="black", linewidth=1,
                 linestyle="--", zorder=0)
         pick = group[group["pick"]].iloc[0]
-        ax.scatter([pick["cost_per_million_samples"]], [pick["samples_per_s"]], s=220, facecolors="none",
+        ax.scatter([pick["cost_per_million"]], [pick["throughput"]], s=220, facecolors="none",
                    edgecolors="crimson", linewidths=1.6, zorder=3)
+        unit = group["throughput_unit"].iloc[0]
         ax.set(xscale="log", yscale="log", title=" · ".join(str(k) for k in key),
-               xlabel="cost per million samples (log)", ylabel="samples/s (log)")
+               xlabel=f"cost per million {unit_items(unit)} (log)", ylabel=f"{unit} (log)")
         plain_log_ticks(ax.xaxis)
         plain_log_ticks(ax.yaxis)
     for ax in list(axes.flat)[len(groups):]:
@@ -129,16 +131,18 @@ def show_cost_frontier(res: Results) -> None:
     fig.suptitle("Throughput against cost. Dashed line: the Pareto frontier; red ring: the cheapest\n"
                  f"within {NEAR_FASTEST:.0%} of the fastest; bars: interquartile range of the repeats", y=1.04)
     fig.tight_layout()
-    show_figure(fig, "Cost frontier: throughput against cost per million samples, per workload")
+    show_figure(fig, "Cost frontier: throughput against cost per million items (images, tokens), per workload")
     picks = picks_table(points)
     for line in picks.to_dict("records"):
         paragraph(f"{line['model']} {line['mode']} {line['input_shape']}: the cheapest within "
-                  f"{NEAR_FASTEST:.0%} of the fastest is {line['pick']} ({num_text(line['pick_samples_per_s'])} "
-                  f"samples/s at {num_text(line['pick_cost'])} per million samples"
+                  f"{NEAR_FASTEST:.0%} of the fastest is {line['pick']} ({num_text(line['pick_throughput'])} "
+                  f"{line['throughput_unit']} at {num_text(line['pick_cost'])} per million "
+                  f"{unit_items(line['throughput_unit'])}"
                   + ("; it is the fastest too)." if line["pick"] == line["fastest"] else
                      f", {line['slower_pct']:.0f} % slower and {line['cheaper_pct']:.0f} % cheaper than "
                      f"{line['fastest']})."))
     show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "precision": "precision",
-                        "batch_size": "batch / device", "world_size": "devices", "samples_per_s": "samples/s",
-                        "price_per_hour": "price / device-hour", "cost_per_million_samples": "cost / million samples",
+                        "batch_size": "batch / device", "world_size": "devices", "throughput": "throughput",
+                        "throughput_unit": "unit", "price_per_hour": "price / device-hour",
+                        "cost_per_million": "cost / million items (of the unit)",
                         "pareto": "on the frontier", "pick": "pick"})

@@ -33,6 +33,9 @@ NUMERIC = [
     "gpu_util_pct_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "gpu_mem_used_bytes", "gpu_temp_c_max",
     "cpu_util_pct_mean", "flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "samples_per_j",
     "j_per_1k_samples", "samples_per_s_per_w", "cost_per_million_samples",
+    "seq_len", "prompt_len", "new_tokens", "throughput", "tokens_per_s", "output_tokens", "ttft_ms_median",
+    "ttft_ms_p95", "prefill_tokens_per_s", "decode_s", "decode_tokens_per_s", "itl_ms_median", "itl_ms_p95",
+    "kv_cache_bytes", "flops_per_sample_counted", "cost_per_million",
 ]
 
 
@@ -40,7 +43,7 @@ ENVIRONMENT_FIELDS = [
     "host", "device_type", "device_name", "device_count", "gpu_name", "gpu_count", "gpu_memory_bytes",
     "gpu_compute_capability", "driver_version", "cuda_version", "cudnn_version", "cpu_model", "cpu_count",
     "threads", "torch_threads", "os", "python_version", "torch_version", "torchvision_version", "timm_version",
-    "smp_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "dist_backend",
+    "smp_version", "transformers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "dist_backend",
     "rank_devices", "result_dir",
 ]
 
@@ -172,9 +175,26 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     emulated = rows["precision_support"].astype(str).str.strip().str.lower() == EMULATED
     rows["precision"] = rows["precision"].where(~emulated | rows["precision"].isna(),
                                                 rows["precision"].astype(str) + EMULATED_SUFFIX)
+    fill_units(rows)
     rows["machine"] = [machine_label(r) for r in rows.to_dict("records")]
     rows["config"] = [config_label(r) for r in rows.to_dict("records")]
     return rows
+
+
+def fill_units(rows: pd.DataFrame) -> None:
+    """Rows of schema 4 and older have no throughput columns: they measured images (3-dim sample)
+    or volumes (4-dim), so throughput is their samples/s in that unit."""
+    dims = rows["input_shape"].astype(str).str.count("x") + 1
+    guessed = dims.map({3: "images/s", 4: "volumes/s"}).fillna("samples/s")
+    for name in ("throughput_unit", "sample_unit"):
+        rows[name] = rows[name].where(rows[name].map(is_present), guessed)
+    rows["throughput"] = rows["throughput"].fillna(rows["samples_per_s"])
+    rows["cost_per_million"] = rows["cost_per_million"].fillna(rows["cost_per_million_samples"])
+
+
+def unit_items(unit: str) -> str:
+    """'tokens/s' -> 'tokens': what a unit counts."""
+    return str(unit).removesuffix("/s")
 
 
 def config_label(row: dict) -> str:

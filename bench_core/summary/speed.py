@@ -44,10 +44,15 @@ def show_headline(res: Results) -> None:
         note("No successful rows: nothing to summarise (see Failures for what went wrong).")
         return
     table["IQR of repeats"] = [f"{num_text(a)} – {num_text(b)}" for a, b in zip(table["q25"], table["q75"])]
+    # samples/s beside throughput only where they differ (text: sequences/s beside tokens/s)
+    same = table["sample_unit"] == table["throughput_unit"]
+    table["samples_per_s"] = table["samples_per_s"].where(~same)
+    table["sample_unit"] = table["sample_unit"].where(~same)
     columns = {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
-               "compile": "compile", "channels_last": "channels_last", "samples_per_s": "samples/s (median)",
-               "IQR of repeats": "IQR of repeats", "step_time_ms": "step ms (median)", "mpx_per_s": "MPx/s",
+               "compile": "compile", "channels_last": "channels_last", "throughput": "throughput (median)",
+               "throughput_unit": "unit", "IQR of repeats": "IQR of repeats", "samples_per_s": "samples/s (median)",
+               "sample_unit": "a sample", "step_time_ms": "step ms (median)", "mpx_per_s": "MPx/s",
                "mvox_per_s": "MVox/s", "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}
     show_table(drop_constant(table, columns, keep=("model", "mode", "precision", "batch_size")), columns)
     searched = res.rows[(res.rows["status"] == "ok") & res.rows["batch_searched"]]
@@ -80,9 +85,10 @@ def show_relative_speed(res: Results, baseline: str | None = None) -> None:
                      "Point chart: each machine's throughput over the baseline's per configuration, with intervals",
                      xlabel="× the baseline's throughput (log scale; above 1 is faster)")
     few_repeats_note(table, "config")
-    show_table(table, {"config": "configuration", "machine": "machine", "baseline_median": "baseline samples/s",
-                       "median": "samples/s", "text": "× baseline [95% CI], verdict",
-                       "n_baseline": "baseline repeats", "n_candidate": "repeats"})
+    show_table(table, {"config": "configuration", "machine": "machine", "baseline_median": "baseline (median)",
+                       "median": "this machine (median)", "throughput_unit": "unit",
+                       "text": "× baseline [95% CI], verdict", "n_baseline": "baseline repeats",
+                       "n_candidate": "repeats"})
 
 
 def few_repeats_note(table: pd.DataFrame, label: str) -> None:
@@ -98,14 +104,25 @@ def few_repeats_note(table: pd.DataFrame, label: str) -> None:
 
 @section
 def show_throughput(res: Results) -> None:
-    import seaborn as sns
     data, caveat = chart_rows(res.ok)
     if data.empty:
         note("No successful rows: no throughput chart.")
         return
+    units = list(dict.fromkeys(data["throughput_unit"]))
+    if len(units) > 1:
+        note(f"One chart per unit ({', '.join(units)}): throughputs in different units never share an axis.")
+    for unit in units:
+        throughput_chart(data[data["throughput_unit"] == unit], unit)
+    if caveat:
+        note(caveat)
+
+
+def throughput_chart(data, unit: str) -> None:
+    """Median throughput by model and precision, one panel per mode, in one unit."""
+    import seaborn as sns
     several = data["machine"].nunique() > 1
     hue = "machine" if several else "precision"
-    g = sns.catplot(data=data, kind="point", x="label", y="samples_per_s", hue=hue, col="mode",
+    g = sns.catplot(data=data, kind="point", x="label", y="throughput", hue=hue, col="mode",
                     row="precision" if several else None, order=sorted(data["label"].unique()),
                     hue_order=ordered(data[hue], PRECISION_ORDER if hue == "precision" else None),
                     col_order=ordered(data["mode"], MODE_ORDER),
@@ -117,13 +134,11 @@ def show_throughput(res: Results) -> None:
     g.set(yscale="log")
     for ax in g.axes.flat:
         plain_log_ticks(ax.yaxis)
-    g.set_axis_labels("", "samples/s (log scale)")
+    g.set_axis_labels("", f"{unit} (log scale)")
     g.set_titles("{col_name}" if not several else "{row_name} · {col_name}")
     rotate_ticks(g)
-    g.figure.suptitle("Throughput: median of repeats, bars = interquartile range", y=1.03)
-    show_figure(g.figure, "Throughput by model and precision, train and infer, log scale")
-    if caveat:
-        note(caveat)
+    g.figure.suptitle(f"Throughput in {unit}: median of repeats, bars = interquartile range", y=1.03)
+    show_figure(g.figure, f"Throughput in {unit} by model and precision, log scale")
 
 
 @section
@@ -144,7 +159,7 @@ def show_amp_speedup(res: Results) -> None:
     few_repeats_note(table, "label")
     show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                        "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
-                       "fp32": "fp32 samples/s", "samples_per_s": "samples/s",
+                       "fp32": "fp32 (median)", "throughput": "this precision (median)", "throughput_unit": "unit",
                        "text": "speed-up over fp32 [95% CI], verdict", "n_baseline": "fp32 repeats",
                        "n_candidate": "repeats"}))
     for line in emulation_notes(res, table):
@@ -172,8 +187,8 @@ def show_settings_effects(res: Results) -> None:
                          "Point chart: throughput with torch.compile or channels_last over without, with intervals",
                          xlabel="× the throughput without the setting (log scale; above 1 is faster)")
     few_repeats_note(table, "workload")
-    show_table(table, {"setting": "setting", "workload": "workload", "baseline_median": "without: samples/s",
-                       "median": "with: samples/s", "text": "with / without [95% CI], verdict",
+    show_table(table, {"setting": "setting", "workload": "workload", "baseline_median": "without (median samples/s)",
+                       "median": "with (median samples/s)", "text": "with / without [95% CI], verdict",
                        "n_baseline": "repeats without", "n_candidate": "repeats with"})
 
 
@@ -192,14 +207,17 @@ def show_batch_curves(res: Results) -> None:
     curves = curves.assign(curve=label_columns(curves, always=("precision",), never=("batch_size",)))
     knees = knees.assign(curve=label_columns(knees, always=("precision",)))
     several = curves["machine"].nunique() > 1
-    panels = [(m, mode) for m in dict.fromkeys(curves["machine"]) for mode in ordered(curves["mode"], MODE_ORDER)
-              if ((curves["machine"] == m) & (curves["mode"] == mode)).any()]
-    metrics = (("samples_per_s", "knee_samples_per_s", "samples/s (median)"),
-               ("step_time_ms", "knee_step_time_ms", "step time, ms (median)"))
+    # A panel per machine, mode and unit: throughputs in different units never share an axis.
+    panels = [(m, mode, unit) for m in dict.fromkeys(curves["machine"]) for mode in ordered(curves["mode"], MODE_ORDER)
+              for unit in dict.fromkeys(curves["throughput_unit"])
+              if ((curves["machine"] == m) & (curves["mode"] == mode) & (curves["throughput_unit"] == unit)).any()]
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.7 * len(panels)), squeeze=False)
-    for i, (machine, mode) in enumerate(panels):
-        part = curves[(curves["machine"] == machine) & (curves["mode"] == mode)]
-        k = knees[(knees["machine"] == machine) & (knees["mode"] == mode)]
+    for i, (machine, mode, unit) in enumerate(panels):
+        here = (curves["machine"] == machine) & (curves["mode"] == mode) & (curves["throughput_unit"] == unit)
+        part = curves[here]
+        k = knees[(knees["machine"] == machine) & (knees["mode"] == mode) & (knees["throughput_unit"] == unit)]
+        metrics = (("throughput", "knee_throughput", f"{unit} (median)"),
+                   ("step_time_ms", "knee_step_time_ms", "step time, ms (median)"))
         for j, (metric, knee_metric, ylabel) in enumerate(metrics):
             ax = axes[i][j]
             sns.lineplot(data=part, x="batch_size", y=metric, hue="curve", marker="o", ax=ax)
@@ -216,9 +234,9 @@ def show_batch_curves(res: Results) -> None:
     show_figure(fig, "Throughput and step time against batch size; the knee is marked with a star")
     show_table(knees, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                        "input_shape": "input", "world_size": "devices", "batch_sizes": "batch sizes tried",
-                       "knee_batch_size": "knee batch", "knee_samples_per_s": "samples/s at knee",
+                       "knee_batch_size": "knee batch", "knee_throughput": "throughput at knee",
                        "knee_step_time_ms": "step ms at knee", "best_batch_size": "best batch",
-                       "best_samples_per_s": "best samples/s"}))
+                       "best_throughput": "best throughput", "throughput_unit": "unit"}))
 
 
 @section

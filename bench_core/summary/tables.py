@@ -29,8 +29,10 @@ def headline_table(res: Results) -> pd.DataFrame:
         return pd.DataFrame()
     ok = ok.assign(_peak_memory_mib=peak_memory_mib(ok))
     table = ok.groupby(["machine", *WORKLOAD], dropna=False, sort=False).agg(
-        repeats=("samples_per_s", "count"), samples_per_s=("samples_per_s", "median"),
-        q25=("samples_per_s", lambda s: s.quantile(0.25)), q75=("samples_per_s", lambda s: s.quantile(0.75)),
+        repeats=("throughput", "count"), throughput=("throughput", "median"),
+        throughput_unit=("throughput_unit", "first"),
+        q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
+        samples_per_s=("samples_per_s", "median"), sample_unit=("sample_unit", "first"),
         step_time_ms=("step_time_ms_median", "median"), mpx_per_s=("mpx_per_s", "median"),
         mvox_per_s=("mvox_per_s", "median"), peak_memory_mib=("_peak_memory_mib", "median"))
     return sort_table(table.reset_index())
@@ -53,7 +55,8 @@ def relative_speed(res: Results, baseline: str | None = None) -> tuple[pd.DataFr
     if len(machines) < 2:
         return pd.DataFrame(), pd.DataFrame(), (machines[0] if machines else None), ""
     chosen, why = _pick_baseline(res, machines, baseline)
-    table = sort_table(compare_variants(ok, "machine", chosen, keys=["config", *WORKLOAD]))
+    table = with_unit(sort_table(compare_variants(ok, "machine", chosen, keys=["config", *WORKLOAD],
+                                                  value="throughput")), ok)
     summary = []
     for m in machines:
         mine = table[table["machine"] == m]
@@ -89,11 +92,19 @@ def amp_speedup_table(res: Results) -> pd.DataFrame:
     ok = res.ok
     if ok.empty or "fp32" not in set(ok["precision"]):
         return pd.DataFrame()
-    table = compare_variants(ok, "precision", "fp32")
+    table = compare_variants(ok, "precision", "fp32", value="throughput")
     if table.empty:
         return pd.DataFrame()
-    table = table.rename(columns={"baseline_median": "fp32", "median": "samples_per_s"})
+    table = with_unit(table.rename(columns={"baseline_median": "fp32", "median": "throughput"}), ok)
     return sort_table(table.assign(speedup=table["ratio"]))
+
+
+def with_unit(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """A comparison table with each workload's throughput unit (a workload is measured in one unit)."""
+    if table.empty:
+        return table.assign(throughput_unit=pd.Series(dtype=object))
+    units = rows.drop_duplicates(["model", "mode"]).set_index(["model", "mode"])["throughput_unit"]
+    return table.assign(throughput_unit=[units.get((m, mode)) for m, mode in zip(table["model"], table["mode"])])
 
 
 def emulation_notes(res: Results, speedups: pd.DataFrame) -> list[str]:
@@ -120,13 +131,14 @@ def emulation_notes(res: Results, speedups: pd.DataFrame) -> list[str]:
 
 
 def batch_curves(res: Results) -> pd.DataFrame:
-    """Median throughput and step time per batch size, for curves with two or more batch sizes."""
+    """Median throughput (in the workload's unit) and step time per batch size, for curves with two or more batch sizes."""
     ok = res.ok
     if ok.empty:
         return pd.DataFrame()
     keys = ["machine", *[k for k in WORKLOAD if k != "batch_size"]]
     med = ok.groupby([*keys, "batch_size"], dropna=False).agg(
-        samples_per_s=("samples_per_s", "median"), step_time_ms=("step_time_ms_median", "median")).reset_index()
+        throughput=("throughput", "median"), throughput_unit=("throughput_unit", "first"),
+        step_time_ms=("step_time_ms_median", "median")).reset_index()
     sizes = med.groupby(keys, dropna=False)["batch_size"].transform("nunique")
     return sort_table(med[sizes >= 2])
 
@@ -138,15 +150,15 @@ def knee_points(curves: pd.DataFrame, fraction: float = KNEE_FRACTION) -> pd.Dat
     keys = ["machine", *[k for k in WORKLOAD if k != "batch_size"]]
     out = []
     for key, curve in curves.groupby(keys, dropna=False, sort=False):
-        curve = curve.dropna(subset=["samples_per_s"]).sort_values("batch_size")
+        curve = curve.dropna(subset=["throughput"]).sort_values("batch_size")
         if curve.empty:
             continue
-        best = curve.loc[curve["samples_per_s"].idxmax()]
-        knee = curve[curve["samples_per_s"] >= fraction * best["samples_per_s"]].iloc[0]
-        out.append({**dict(zip(keys, key)), "best_batch_size": best["batch_size"],
-                    "best_samples_per_s": best["samples_per_s"], "knee_batch_size": knee["batch_size"],
-                    "knee_samples_per_s": knee["samples_per_s"], "knee_step_time_ms": knee["step_time_ms"],
-                    "batch_sizes": len(curve)})
+        best = curve.loc[curve["throughput"].idxmax()]
+        knee = curve[curve["throughput"] >= fraction * best["throughput"]].iloc[0]
+        out.append({**dict(zip(keys, key)), "throughput_unit": best.get("throughput_unit"),
+                    "best_batch_size": best["batch_size"], "best_throughput": best["throughput"],
+                    "knee_batch_size": knee["batch_size"], "knee_throughput": knee["throughput"],
+                    "knee_step_time_ms": knee["step_time_ms"], "batch_sizes": len(curve)})
     return pd.DataFrame(out)
 
 
