@@ -258,9 +258,10 @@ def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path):
                          env={**os.environ, **AVX2_ONLY})
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    for mode in ("train", "infer"):
-        assert f"amp-bf16 {mode} is emulated on cpu, so its 6 configuration(s) are left out (emulated: skip)" in text
-    assert "plan: 12 configuration(s) in 6 execution(s)" in text and "min (an estimate" in text
+    # six image models in train and infer, and llama-tiny in train and generate
+    for mode, count in (("train", 7), ("infer", 6), ("generate", 1)):
+        assert f"amp-bf16 {mode} is emulated on cpu, so its {count} configuration(s) are left out (emulated: skip)" in text
+    assert "plan: 14 configuration(s) in 8 execution(s)" in text and "min (an estimate" in text
     assert "amp-bf16" not in text.split("note:")[-1].split("\n", 1)[1]  # no execution of it is listed
     assert not (tmp_path / "out").exists()
 
