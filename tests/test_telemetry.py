@@ -5,6 +5,7 @@ import sys
 import time
 import types
 
+import pynvml as real_pynvml  # nvidia-ml-py: its constants and error classes load without a driver
 import pytest
 import torch
 
@@ -16,28 +17,51 @@ UUID_A = "GPU-11111111-2222-3333-4444-555555555555"
 UUID_B = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
-class NVMLError(Exception):
-    def __init__(self, text):
-        super().__init__(text)
+def nvml_error(code):
+    """The error nvidia-ml-py raises for an NVML return code (its own class, e.g. NVMLError_NoPermission)."""
+    return real_pynvml.NVMLError(code)
 
 
-def make_pynvml(devices, init_error=None, event_reasons=True):
-    """A stand-in `pynvml` over fixed devices: each a dict of counters; a key listed in the
-    device's `unsupported` raises NVMLError('Not Supported') instead."""
+def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
+    """A stand-in `pynvml` over fixed devices (no driver here): each a dict of counters; a key
+    listed in the device's `unsupported` raises NVML's NOT_SUPPORTED instead, and a device with
+    `refused=True` raises NO_PERMISSION when opened, as a GPU outside the job's cgroup does.
+    Names, constants and error classes are nvidia-ml-py's own. `lookups=False`: a binding
+    without the by-UUID / by-bus-id look-ups (only the index walk is left)."""
     m = types.ModuleType("pynvml")
-    m.NVMLError = NVMLError
-    m.NVML_CLOCK_SM = 1
-    m.NVML_TEMPERATURE_GPU = 0
-    m.calls = {"shutdown": 0}
+    for name in ("NVMLError", "NVML_CLOCK_SM", "NVML_TEMPERATURE_GPU", "NVML_SUCCESS"):
+        setattr(m, name, getattr(real_pynvml, name))
+    m.calls = {"shutdown": 0, "by_index": []}
 
     def read(key):
         def fn(handle, *args):
             dev = devices[handle]
             if key in dev.get("unsupported", ()):
-                raise NVMLError("Not Supported")
+                raise nvml_error(real_pynvml.NVML_ERROR_NOT_SUPPORTED)
             value = dev[key]
             return value() if callable(value) else value
         return fn
+
+    def open_device(index):
+        if devices[index].get("refused"):
+            raise nvml_error(real_pynvml.NVML_ERROR_NO_PERMISSION)
+        return index
+
+    def by_index(index):
+        m.calls["by_index"].append(index)
+        return open_device(index)
+
+    def by_uuid(uuid):
+        for i, dev in enumerate(devices):
+            if dev["uuid"] == uuid:
+                return open_device(i)
+        raise nvml_error(real_pynvml.NVML_ERROR_NOT_FOUND)
+
+    def by_bus(bus_id):
+        for i, dev in enumerate(devices):
+            if bus_id.lower() == dev["bus"].lower():
+                return open_device(i)
+        raise nvml_error(real_pynvml.NVML_ERROR_NOT_FOUND)
 
     def init():
         if init_error:
@@ -49,7 +73,10 @@ def make_pynvml(devices, init_error=None, event_reasons=True):
     m.nvmlInit = init
     m.nvmlShutdown = shutdown
     m.nvmlDeviceGetCount = lambda: len(devices)
-    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetHandleByIndex = by_index
+    if lookups:
+        m.nvmlDeviceGetHandleByUUID = by_uuid
+        m.nvmlDeviceGetHandleByPciBusId = by_bus
     m.nvmlDeviceGetUUID = read("uuid")
     m.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=devices[h]["bus"])
     m.nvmlDeviceGetPowerUsage = read("power_mw")
@@ -166,6 +193,28 @@ def test_pci_bus_id_mapping_when_uuid_is_unknown(monkeypatch, cuda_device):
     assert "matched by PCI bus id" in cols["telemetry_note"]
 
 
+@pytest.mark.parametrize("lookups", [True, False])
+def test_a_gpu_the_job_may_not_open_leaves_this_gpus_columns_filled(monkeypatch, cuda_device, lookups):
+    # SLURM ConstrainDevices / a container: NVML counts both GPUs, opening the other one (index 0)
+    # raises NO_PERMISSION. torch's cuda:0 is NVML's index 1.
+    devices = [gpu(UUID_A, "00000000:3B:00.0", refused=True), gpu(UUID_B, "00000000:86:00.0", power_mw=300_000)]
+    fake = make_pynvml(devices, lookups=lookups)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    cols = sample(cuda_device(UUID_B, bus=0x86))
+    assert cols["power_w_mean"] == pytest.approx(300.0) and cols["energy_method"] == "nvml-counter"
+    assert "gpu columns empty" not in (cols["telemetry_note"] or "")
+    if lookups:  # asked for by UUID: the GPU outside the job is never opened
+        assert fake.calls["by_index"] == []
+
+
+def test_no_gpu_opened_names_the_indices_refused(monkeypatch, cuda_device):
+    devices = [gpu(UUID_A, "00000000:3B:00.0", refused=True)]
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml(devices, lookups=False))
+    cols = sample(cuda_device(UUID_B, bus=0x86))
+    assert cols.get("power_w_mean") is None
+    assert "indices not opened: 0 (Insufficient Permissions)" in cols["telemetry_note"]
+
+
 def test_no_matching_device_leaves_columns_empty(monkeypatch, cuda_device):
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([gpu(UUID_A, "00000000:3B:00.0")]))
     cols = sample(cuda_device(UUID_B, bus=0x86))
@@ -186,7 +235,7 @@ def test_other_processes_on_the_host_cpu_are_a_noise_flag():
 
 
 def test_without_nvml_library_nothing_fails(monkeypatch, cuda_device):
-    fake = make_pynvml([], init_error=NVMLError("NVML Shared Library Not Found"))
+    fake = make_pynvml([], init_error=nvml_error(real_pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     cols = sample(cuda_device(UUID_A))
     assert cols.get("power_w_mean") is None

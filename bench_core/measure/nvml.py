@@ -49,20 +49,48 @@ def open_gpu(device, notes: list[str]) -> "NvmlDevice | None":
 
 
 def _nvml_handle(nvml, device):
-    """The NVML handle of a torch device, by UUID, else PCI bus id. Never by index: NVML
-    numbers every GPU of the host, torch only the ones CUDA_VISIBLE_DEVICES lets it see."""
+    """The NVML handle of a torch device: asked for by UUID, else by PCI bus id, else found by
+    walking the indices. Never by index alone: NVML numbers every GPU of the host, torch only
+    the ones CUDA_VISIBLE_DEVICES lets it see. Asking by UUID or bus id opens only this GPU:
+    under cgroup device limits (SLURM ConstrainDevices, containers) the GPUs this job does not
+    own raise NO_PERMISSION, and that must not empty this GPU's columns."""
     import torch
     props = torch.cuda.get_device_properties(device.index or 0)
     want_uuid = _uuid_hex(getattr(props, "uuid", ""))
     want_bus = _torch_bus(props)
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    if len(want_uuid) == 32:
+        handle = _guard(lambda: nvml.nvmlDeviceGetHandleByUUID("GPU-" + _dashed(want_uuid)))
+        if handle is not None:
+            return handle, "uuid"
+    if want_bus:
+        handle = _guard(lambda: nvml.nvmlDeviceGetHandleByPciBusId(_bus_text(want_bus)))
+        if handle is not None:
+            return handle, "PCI bus id (UUID did not match, e.g. a MIG instance: readings are the whole GPU's)"
+    # Last resort (bindings or drivers that refuse both look-ups): every index, each on its own.
+    handles, refused = [], []
+    for i in range(nvml.nvmlDeviceGetCount()):
+        try:
+            handles.append(nvml.nvmlDeviceGetHandleByIndex(i))
+        except Exception as exc:  # noqa: BLE001 - NO_PERMISSION for a GPU this job does not own
+            refused.append(f"{i} ({_why(exc)})")
     for handle in handles:
         if want_uuid and _guard(lambda: _uuid_hex(nvml.nvmlDeviceGetUUID(handle))) == want_uuid:
             return handle, "uuid"
     for handle in handles:
         if want_bus and _guard(lambda: _parse_bus(nvml.nvmlDeviceGetPciInfo(handle).busId)) == want_bus:
             return handle, "PCI bus id (UUID did not match, e.g. a MIG instance: readings are the whole GPU's)"
-    return None, f"torch uuid {want_uuid or '?'}, bus {want_bus or '?'}"
+    unopened = f"; indices not opened: {', '.join(refused)}" if refused else ""
+    return None, f"torch uuid {want_uuid or '?'}, bus {want_bus or '?'}{unopened}"
+
+
+def _dashed(hex32: str) -> str:
+    """32 hex digits in NVML's 8-4-4-4-12 form."""
+    return "-".join((hex32[:8], hex32[8:12], hex32[12:16], hex32[16:20], hex32[20:]))
+
+
+def _bus_text(bus: tuple[int, int, int]) -> str:
+    """(domain, bus, device) as NVML writes a PCI bus id: '00000000:3B:00.0'."""
+    return f"{bus[0]:08X}:{bus[1]:02X}:{bus[2]:02X}.0"
 
 
 def _uuid_hex(value) -> str:
