@@ -152,6 +152,17 @@ def test_power_integration_when_energy_counter_not_supported(monkeypatch, cuda_d
     assert "energy from power samples: NVML energy counter Not Supported" in cols["telemetry_note"]
 
 
+def test_an_energy_counter_that_did_not_advance_is_not_zero_joules(monkeypatch, cuda_device, tiny_config):
+    # A short window (the self-test's) between two refreshes of NVML's counter: the same value twice.
+    device = gpu(UUID_A, "00000000:3B:00.0", energy_mj=5_000_000)
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
+    cols = sample(cuda_device(UUID_A), seconds=0.2)
+    assert cols["energy_method"] == "power-integration" and cols["energy_j"] > 0
+    assert "NVML energy counter did not advance over the" in cols["telemetry_note"]
+    derived = efficiency.derive({**cols, "samples_per_s": 100.0, "timed_s": 0.2}, tiny_config())
+    assert 0 < derived["samples_per_j"] < float("inf")
+
+
 def test_a_not_supported_query_empties_only_its_column(monkeypatch, cuda_device):
     device = gpu(UUID_A, "00000000:3B:00.0", unsupported={"temp", "util"})
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))

@@ -157,7 +157,7 @@ class NvmlDevice:
     foreign_pids: set = field(default_factory=set)
     unresolved_self: bool = False
     foreign_unresolved: int = 0                       # others seen when our pid is not in NVML's list
-    energy_mj: list = field(default_factory=list)     # counter at the first and last read
+    energy_mj: list = field(default_factory=list)     # (t, mJ) at the first and last read
 
     def query(self, name: str, read):
         if name in self.failed:
@@ -173,7 +173,7 @@ class NvmlDevice:
         if edge:
             energy = self.query("energy", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h))
             if energy is not None:
-                self.energy_mj.append(energy)
+                self.energy_mj.append((now, energy))
         mw = self.query("power", lambda: n.nvmlDeviceGetPowerUsage(h))
         if mw is not None:
             self.power_w.append((now, mw / 1000.0))
@@ -229,13 +229,14 @@ class NvmlDevice:
         if "clock_events" in self.failed and "throttle_reasons" not in self.failed:
             del self.failed["clock_events"]  # the fallback worked
         energy_failure = self.failed.pop("energy", None)
-        if len(self.energy_mj) == 2 and self.energy_mj[1] >= self.energy_mj[0]:
-            cols.update(energy_j=(self.energy_mj[1] - self.energy_mj[0]) / 1000.0, energy_method="nvml-counter")
+        advanced = self.energy_advance_mj()
+        if advanced:
+            cols.update(energy_j=advanced / 1000.0, energy_method="nvml-counter")
         else:
             integrated = integrate_power(self.power_w)
             if integrated is not None:
                 cols.update(energy_j=integrated, energy_method="power-integration")
-            counter = energy_failure or "did not advance"
+            counter = energy_failure or self._stuck_counter()
             notes.append(f"energy {'from power samples' if integrated is not None else 'empty'}: "
                          f"NVML energy counter {counter}")
         if self.foreign_pids:
@@ -246,6 +247,22 @@ class NvmlDevice:
             notes.append("own pid not in NVML's process list (pid namespace): others counted, none named")
         notes += [f"nvml {name}: {why}" for name, why in self.failed.items()]
         return cols
+
+    def energy_advance_mj(self) -> int | None:
+        """mJ the total-energy counter advanced between the window's edges; None when it was
+        not read twice or did not move. NVML refreshes it every few tens of ms: over a short
+        window it can stand still, and a difference of 0 would be '0 J', not a measurement."""
+        if len(self.energy_mj) != 2:
+            return None
+        (_, first), (_, last) = self.energy_mj
+        return last - first if last > first else None
+
+    def _stuck_counter(self) -> str:
+        if len(self.energy_mj) != 2:
+            return "not read at both edges of the window"
+        (t0, first), (t1, last) = self.energy_mj
+        return (f"did not advance over the {t1 - t0:.3f} s window (NVML refreshes it every few tens of ms)"
+                if last == first else f"went backwards ({first} -> {last} mJ)")
 
     def close(self) -> None:
         _shutdown(self.nvml)
