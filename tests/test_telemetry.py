@@ -29,7 +29,7 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
     Names, constants and error classes are nvidia-ml-py's own. `lookups=False`: a binding
     without the by-UUID / by-bus-id look-ups (only the index walk is left)."""
     m = types.ModuleType("pynvml")
-    for name in ("NVMLError", "NVML_CLOCK_SM", "NVML_TEMPERATURE_GPU", "NVML_SUCCESS"):
+    for name in ("NVMLError", "NVML_CLOCK_SM", "NVML_TEMPERATURE_GPU", "NVML_SUCCESS", "NVML_FI_DEV_POWER_INSTANT"):
         setattr(m, name, getattr(real_pynvml, name))
     m.calls = {"shutdown": 0, "by_index": []}
 
@@ -70,7 +70,23 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
     def shutdown():
         m.calls["shutdown"] += 1
 
+    def field_values(handle, field_ids):
+        """nvmlDeviceGetFieldValues: nvidia-ml-py's own structs; a field the device lacks (key
+        'power_instant_mw' absent) comes back with nvmlReturn NOT_SUPPORTED, as from a driver."""
+        values = (real_pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for value, field_id in zip(values, field_ids):
+            value.fieldId = field_id
+            mw = devices[handle].get("power_instant_mw") if field_id == real_pynvml.NVML_FI_DEV_POWER_INSTANT else None
+            if mw is None:
+                value.nvmlReturn = real_pynvml.NVML_ERROR_NOT_SUPPORTED
+            else:
+                value.nvmlReturn = real_pynvml.NVML_SUCCESS
+                value.valueType = real_pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = mw
+        return values
+
     m.nvmlInit = init
+    m.nvmlDeviceGetFieldValues = field_values
     m.nvmlShutdown = shutdown
     m.nvmlDeviceGetCount = lambda: len(devices)
     m.nvmlDeviceGetHandleByIndex = by_index
@@ -93,9 +109,10 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
 
 
 def gpu(uuid, bus, power_mw=200_000, **extra):
-    counter = iter(range(1_000_000, 10**9, 50_000))  # mJ: +50 J per read
-    dev = dict(uuid=uuid, bus=bus, power_mw=power_mw, energy_mj=lambda: next(counter), util=90,
-               sm_mhz=1410, mem_used=5 * 2**30, temp=60, pids=[os.getpid()], reasons=0)
+    start = time.perf_counter()  # the energy counter (mJ) runs at power_mw, as a real one would
+    dev = dict(uuid=uuid, bus=bus, power_mw=power_mw, util=90, sm_mhz=1410, mem_used=5 * 2**30, temp=60,
+               energy_mj=lambda: 1_000_000 + int(power_mw * (time.perf_counter() - start)),
+               pids=[os.getpid()], reasons=0)
     dev.update(extra)
     return dev
 
@@ -128,12 +145,21 @@ def device_flags(flags):
     return ";".join(kept) or None
 
 
+def timed_sample(backend, seconds=0.12, **kwargs):
+    """The columns and the wall seconds the window took (bounds for the energy counter)."""
+    start = time.perf_counter()
+    cols = sample(backend, seconds, **kwargs)
+    return cols, time.perf_counter() - start
+
+
 def test_energy_from_counter_and_every_gpu_column(monkeypatch, cuda_device):
-    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([gpu(UUID_A, "00000000:3B:00.0")]))
-    cols = sample(cuda_device(UUID_A))
+    device = gpu(UUID_A, "00000000:3B:00.0", power_instant_mw=210_000)
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
+    cols, wall = timed_sample(cuda_device(UUID_A))
     assert cols["energy_method"] == "nvml-counter"
-    assert cols["energy_j"] == pytest.approx(50.0)  # counter read at both edges only
-    assert cols["power_w_mean"] == pytest.approx(200.0) and cols["power_w_max"] == pytest.approx(200.0)
+    assert 200 * 0.12 <= cols["energy_j"] <= 200 * wall  # the counter, read at both edges only
+    assert cols["power_method"] == "energy-counter" and cols["power_w_mean"] == pytest.approx(200.0, rel=0.02)
+    assert cols["power_w_max"] == pytest.approx(210.0)  # from the instantaneous samples
     assert cols["gpu_util_pct_mean"] == 90 and cols["sm_clock_mhz_min"] == 1410
     assert cols["gpu_mem_used_bytes"] == 5 * 2**30 and cols["gpu_temp_c_max"] == 60
     assert cols["throttle_reasons"] is None and device_flags(cols.get("noise_flags")) is None
@@ -163,12 +189,31 @@ def test_an_energy_counter_that_did_not_advance_is_not_zero_joules(monkeypatch, 
     assert 0 < derived["samples_per_j"] < float("inf")
 
 
+def test_mean_power_without_the_energy_counter_comes_from_instantaneous_samples(monkeypatch, cuda_device):
+    device = gpu(UUID_A, "00000000:3B:00.0", power_instant_mw=250_000, unsupported={"energy_mj"})
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
+    cols = sample(cuda_device(UUID_A))
+    assert cols["power_method"] == "nvml-instant" and cols["power_w_mean"] == pytest.approx(250.0)
+    assert "nvmlDeviceGetPowerUsage" not in cols["telemetry_note"]
+
+
+def test_the_one_second_power_average_is_named_where_it_is_all_there_is(monkeypatch, cuda_device):
+    # No instantaneous field (older driver or GPU): nvmlDeviceGetPowerUsage, a 1 s average on Ampere+.
+    device = gpu(UUID_A, "00000000:3B:00.0", unsupported={"energy_mj"})
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
+    cols = sample(cuda_device(UUID_A))
+    assert cols["power_method"] == "nvml-power-usage" and cols["power_w_mean"] == pytest.approx(200.0)
+    assert "power samples from nvmlDeviceGetPowerUsage (instantaneous power: Not Supported): a 1 s average" \
+        in cols["telemetry_note"]
+    assert "power_w_mean lags the window" in cols["telemetry_note"]
+
+
 def test_a_not_supported_query_empties_only_its_column(monkeypatch, cuda_device):
     device = gpu(UUID_A, "00000000:3B:00.0", unsupported={"temp", "util"})
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
     cols = sample(cuda_device(UUID_A))
     assert cols["gpu_temp_c_max"] is None and cols["gpu_util_pct_mean"] is None
-    assert cols["power_w_mean"] == pytest.approx(200.0) and cols["energy_j"] == pytest.approx(50.0)
+    assert cols["power_w_mean"] == pytest.approx(200.0, rel=0.02) and cols["energy_method"] == "nvml-counter"
     assert "nvml temperature: Not Supported" in cols["telemetry_note"]
     assert "nvml utilization: Not Supported" in cols["telemetry_note"]
 
@@ -192,15 +237,15 @@ def test_uuid_mapping_ignores_nvml_index_order(monkeypatch, cuda_device):
     # CUDA_VISIBLE_DEVICES=1: torch's cuda:0 is NVML's device 1.
     devices = [gpu(UUID_A, "00000000:3B:00.0", power_mw=100_000), gpu(UUID_B, "00000000:86:00.0", power_mw=300_000)]
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml(devices))
-    assert sample(cuda_device(UUID_B, bus=0x86))["power_w_mean"] == pytest.approx(300.0)
-    assert sample(cuda_device(UUID_A, bus=0x3B))["power_w_mean"] == pytest.approx(100.0)
+    assert sample(cuda_device(UUID_B, bus=0x86))["power_w_mean"] == pytest.approx(300.0, rel=0.02)
+    assert sample(cuda_device(UUID_A, bus=0x3B))["power_w_mean"] == pytest.approx(100.0, rel=0.02)
 
 
 def test_pci_bus_id_mapping_when_uuid_is_unknown(monkeypatch, cuda_device):
     devices = [gpu(UUID_A, "00000000:3B:00.0", power_mw=100_000), gpu(UUID_B, "00000000:86:00.0", power_mw=300_000)]
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml(devices))
     cols = sample(cuda_device("", bus=0x86))
-    assert cols["power_w_mean"] == pytest.approx(300.0)
+    assert cols["power_w_mean"] == pytest.approx(300.0, rel=0.02)
     assert "matched by PCI bus id" in cols["telemetry_note"]
 
 
@@ -212,7 +257,7 @@ def test_a_gpu_the_job_may_not_open_leaves_this_gpus_columns_filled(monkeypatch,
     fake = make_pynvml(devices, lookups=lookups)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     cols = sample(cuda_device(UUID_B, bus=0x86))
-    assert cols["power_w_mean"] == pytest.approx(300.0) and cols["energy_method"] == "nvml-counter"
+    assert cols["power_w_mean"] == pytest.approx(300.0, rel=0.02) and cols["energy_method"] == "nvml-counter"
     assert "gpu columns empty" not in (cols["telemetry_note"] or "")
     if lookups:  # asked for by UUID: the GPU outside the job is never opened
         assert fake.calls["by_index"] == []

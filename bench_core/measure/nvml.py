@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,6 +150,7 @@ class NvmlDevice:
     handle: object
     failed: dict = field(default_factory=dict)
     power_w: list = field(default_factory=list)       # (t, W)
+    power_sources: set = field(default_factory=set)   # POWER_INSTANT | POWER_USAGE: what the samples are
     util_pct: list = field(default_factory=list)
     sm_mhz: list = field(default_factory=list)
     mem_used_max: int | None = None
@@ -171,12 +173,16 @@ class NvmlDevice:
     def sample(self, now: float, edge: bool = False, check_processes: bool = False) -> None:
         n, h = self.nvml, self.handle
         if edge:
+            read_at = time.perf_counter()  # its own stamp: the caller's `now` may be some ms older
             energy = self.query("energy", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h))
             if energy is not None:
-                self.energy_mj.append((now, energy))
-        mw = self.query("power", lambda: n.nvmlDeviceGetPowerUsage(h))
+                self.energy_mj.append((read_at, energy))
+        mw, source = self._instant_power_mw(), POWER_INSTANT
+        if mw is None:
+            mw, source = self.query("power", lambda: n.nvmlDeviceGetPowerUsage(h)), POWER_USAGE
         if mw is not None:
             self.power_w.append((now, mw / 1000.0))
+            self.power_sources.add(source)
         util = self.query("utilization", lambda: n.nvmlDeviceGetUtilizationRates(h).gpu)
         if util is not None:
             self.util_pct.append(util)
@@ -196,6 +202,20 @@ class NvmlDevice:
             procs = self.query("processes", lambda: n.nvmlDeviceGetComputeRunningProcesses(h))
             if procs is not None:
                 self._note_processes({int(p.pid) for p in procs})
+
+    def _instant_power_mw(self):
+        """Instantaneous power (NVML_FI_DEV_POWER_INSTANT, field values API), mW; None where the
+        binding, driver or GPU does not have it (then it is not asked again)."""
+        n, h = self.nvml, self.handle
+        if "power_instant" in self.failed or not hasattr(n, "NVML_FI_DEV_POWER_INSTANT"):
+            return None
+
+        def read():
+            value = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_POWER_INSTANT])[0]
+            if value.nvmlReturn != n.NVML_SUCCESS:
+                raise n.NVMLError(value.nvmlReturn)
+            return field_value(value)
+        return self.query("power_instant", read)
 
     def _clock_reasons(self):
         n, h = self.nvml, self.handle
@@ -221,6 +241,7 @@ class NvmlDevice:
         powers = [w for _, w in self.power_w]
         cols = {
             "power_w_mean": mean_or_none(powers), "power_w_max": max(powers, default=None),
+            "power_method": _sampled_power_method(self.power_sources),
             "gpu_util_pct_mean": mean_or_none(self.util_pct),
             "sm_clock_mhz_mean": mean_or_none(self.sm_mhz), "sm_clock_mhz_min": min(self.sm_mhz, default=None),
             "gpu_mem_used_bytes": self.mem_used_max, "gpu_temp_c_max": self.temp_max,
@@ -232,6 +253,9 @@ class NvmlDevice:
         advanced = self.energy_advance_mj()
         if advanced:
             cols.update(energy_j=advanced / 1000.0, energy_method="nvml-counter")
+            (t0, _), (t1, _) = self.energy_mj
+            if t1 > t0:  # the window's own mean: no lag, nothing from before the window
+                cols.update(power_w_mean=advanced / 1000.0 / (t1 - t0), power_method="energy-counter")
         else:
             integrated = integrate_power(self.power_w)
             if integrated is not None:
@@ -239,6 +263,12 @@ class NvmlDevice:
             counter = energy_failure or self._stuck_counter()
             notes.append(f"energy {'from power samples' if integrated is not None else 'empty'}: "
                          f"NVML energy counter {counter}")
+        instant_failure = self.failed.pop("power_instant", None)
+        if POWER_USAGE in self.power_sources:
+            why = f" (instantaneous power: {instant_failure})" if instant_failure else ""
+            notes.append(f"power samples from nvmlDeviceGetPowerUsage{why}: a 1 s average on Ampere and newer "
+                         f"(A100 excepted), so power_w_max is smoothed"
+                         + ("" if cols["power_method"] == "energy-counter" else " and power_w_mean lags the window"))
         if self.foreign_pids:
             cols["noise_flags"] = "other-processes-on-device(pid " + ",".join(map(str, sorted(self.foreign_pids))) + ")"
         elif self.foreign_unresolved:
@@ -266,6 +296,23 @@ class NvmlDevice:
 
     def close(self) -> None:
         _shutdown(self.nvml)
+
+
+# Where power samples come from. nvmlDeviceGetPowerUsage is a 1-second average on Ampere and
+# newer (A100 excepted: instantaneous there); NVML_FI_DEV_POWER_INSTANT is instantaneous.
+POWER_INSTANT, POWER_USAGE = "nvml-instant", "nvml-power-usage"
+# nvmlValue_t member per nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0 ... UNSIGNED_SHORT = 6).
+_FIELD_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def field_value(value):
+    """The number in an nvmlFieldValue_t, read by its valueType."""
+    return getattr(value.value, _FIELD_VALUE_MEMBERS[value.valueType])
+
+
+def _sampled_power_method(sources: set) -> str | None:
+    """The weakest source any sample came from (a 1 s average taints an instantaneous mean)."""
+    return POWER_USAGE if POWER_USAGE in sources else (POWER_INSTANT if sources else None)
 
 
 def decode_clock_reasons(bits: int) -> list[str]:

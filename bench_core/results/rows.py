@@ -87,6 +87,9 @@ _EFFICIENCY = [
     ("power_w_max", "max power of one device over the window, W (NVML)"),
     ("energy_j", "energy of one device over the window, J"),
     ("energy_method", "nvml-counter | power-integration | rapl (empty when unknown)"),
+    ("power_method", "what power_w_mean is: energy-counter (energy_j / window seconds) | nvml-instant (mean of "
+                     "NVML_FI_DEV_POWER_INSTANT samples) | nvml-power-usage (nvmlDeviceGetPowerUsage samples: a 1 s "
+                     "average on Ampere and newer, A100 excepted) | rapl-counter"),
     ("gpu_util_pct_mean", "mean GPU utilization, %"),
     ("sm_clock_mhz_mean", "mean SM clock, MHz"),
     ("sm_clock_mhz_min", "min SM clock, MHz"),
