@@ -15,6 +15,8 @@ from bench_core.devices import Backend
 
 UUID_A = "GPU-11111111-2222-3333-4444-555555555555"
 UUID_B = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+MIG_UUID = "MIG-99999999-8888-7777-6666-555555555555"
+MIG_HANDLE = 100
 
 
 def nvml_error(code):
@@ -33,9 +35,13 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
         setattr(m, name, getattr(real_pynvml, name))
     m.calls = {"shutdown": 0, "by_index": []}
 
+    def device_of(handle):
+        """Handles are indices; MIG_HANDLE + i is GPU i's MIG instance (its own dict, 'mig')."""
+        return devices[handle - MIG_HANDLE]["mig"] if handle >= MIG_HANDLE else devices[handle]
+
     def read(key):
         def fn(handle, *args):
-            dev = devices[handle]
+            dev = device_of(handle)
             if key in dev.get("unsupported", ()):
                 raise nvml_error(real_pynvml.NVML_ERROR_NOT_SUPPORTED)
             value = dev[key]
@@ -55,7 +61,20 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
         for i, dev in enumerate(devices):
             if dev["uuid"] == uuid:
                 return open_device(i)
+            if dev.get("mig", {}).get("uuid") == uuid:
+                return MIG_HANDLE + open_device(i)
         raise nvml_error(real_pynvml.NVML_ERROR_NOT_FOUND)
+
+    def mig_parent(handle):
+        if handle < MIG_HANDLE:
+            raise nvml_error(real_pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return handle - MIG_HANDLE
+
+    def mig_mode(handle):
+        if handle >= MIG_HANDLE:
+            raise nvml_error(real_pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mode = real_pynvml.NVML_DEVICE_MIG_ENABLE if "mig" in devices[handle] else real_pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
 
     def by_bus(bus_id):
         for i, dev in enumerate(devices):
@@ -90,11 +109,14 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
     m.nvmlShutdown = shutdown
     m.nvmlDeviceGetCount = lambda: len(devices)
     m.nvmlDeviceGetHandleByIndex = by_index
+    m.nvmlDeviceGetDeviceHandleFromMigDeviceHandle = mig_parent
+    m.nvmlDeviceGetMigMode = mig_mode
+    m.NVML_DEVICE_MIG_ENABLE = real_pynvml.NVML_DEVICE_MIG_ENABLE
     if lookups:
         m.nvmlDeviceGetHandleByUUID = by_uuid
         m.nvmlDeviceGetHandleByPciBusId = by_bus
     m.nvmlDeviceGetUUID = read("uuid")
-    m.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=devices[h]["bus"])
+    m.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=device_of(h)["bus"])
     m.nvmlDeviceGetPowerUsage = read("power_mw")
     m.nvmlDeviceGetTotalEnergyConsumption = read("energy_mj")
     m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=read("util")(h))
@@ -269,6 +291,41 @@ def test_no_gpu_opened_names_the_indices_refused(monkeypatch, cuda_device):
     cols = sample(cuda_device(UUID_B, bus=0x86))
     assert cols.get("power_w_mean") is None
     assert "indices not opened: 0 (Insufficient Permissions)" in cols["telemetry_note"]
+
+
+def mig_gpu(**slice_extra):
+    """An A100 in MIG mode: power, energy, clocks only for the whole GPU (another tenant's pid 4242
+    runs on another slice); this process's slice has its own memory and process list."""
+    slice_ = dict(uuid=MIG_UUID, bus="00000000:3B:00.0", mem_used=3 * 2**30, pids=[os.getpid()],
+                  unsupported={"power_mw", "energy_mj", "util", "sm_mhz", "temp", "reasons"})
+    slice_.update(slice_extra)
+    return gpu(UUID_A, "00000000:3B:00.0", power_mw=350_000, power_instant_mw=360_000,
+               pids=[os.getpid(), 4242], mig=slice_)
+
+
+@pytest.mark.parametrize("slice_uuid", [MIG_UUID, "MIG-GPU-11111111-2222-3333-4444-555555555555/1/0"])
+def test_a_mig_slice_gets_no_power_energy_or_per_joule_figures(monkeypatch, cuda_device, tiny_config, slice_uuid):
+    # torch's uuid of the instance; NVML finds it as MIG-<uuid> (driver R470+) or, with the old
+    # MIG-GPU-.../gi/ci names, only the whole GPU by PCI bus id (MIG mode on).
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([mig_gpu(uuid=slice_uuid)]))
+    cols = sample(cuda_device(MIG_UUID, bus=0x3B))
+    for name in ("power_w_mean", "power_w_max", "energy_j", "energy_method", "power_method"):
+        assert cols.get(name) is None, name
+    assert "this is a MIG slice and NVML measures only the whole GPU (every slice's work: mean 350 W" \
+        in cols["telemetry_note"]
+    derived = efficiency.derive({**cols, "samples_per_s": 100.0, "timed_s": 0.12}, tiny_config())
+    assert derived.get("samples_per_j") is None and derived.get("samples_per_s_per_w") is None
+    assert derived.get("j_per_1k_samples") is None
+    if slice_uuid == MIG_UUID:  # the slice's own handle: its memory, its processes (the other tenant is not ours)
+        assert cols["gpu_mem_used_bytes"] == 3 * 2**30
+        assert device_flags(cols.get("noise_flags")) is None
+
+
+def test_a_whole_gpu_found_by_bus_id_keeps_its_power(monkeypatch, cuda_device):
+    # Not MIG (mode off): a bus-id match is the whole GPU, and the readings are this workload's.
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([gpu(UUID_A, "00000000:3B:00.0")]))
+    cols = sample(cuda_device("", bus=0x3B))
+    assert cols["power_w_mean"] == pytest.approx(200.0, rel=0.02) and "MIG" not in cols["telemetry_note"]
 
 
 def test_no_matching_device_leaves_columns_empty(monkeypatch, cuda_device):

@@ -267,9 +267,13 @@ def _device_checks(checklist: Checklist, device: str, result: dict | None, secon
     checklist.add(f"{device} NVML handle matched", FAIL if unmatched else PASS,
                   unmatched or ("matched by PCI bus id" if any("matched by PCI" in n for n in notes) else "matched by UUID"))
     energy = [r for r in ok_rows if r.get("energy_j")]
-    checklist.add(f"{device} NVML energy measured", PASS if energy else FAIL,
-                  f"{len(energy)}/{len(ok_rows)} rows; method {energy[0]['energy_method']}" if energy
-                  else "energy_j empty in every row")
+    if not energy and any("MIG slice" in n for n in notes):
+        checklist.add(f"{device} NVML energy measured", SKIPPED,
+                      "a MIG slice: NVML measures power and energy only for the whole GPU (every slice's work)")
+    else:
+        checklist.add(f"{device} NVML energy measured", PASS if energy else FAIL,
+                      f"{len(energy)}/{len(ok_rows)} rows; method {energy[0]['energy_method']}" if energy
+                      else "energy_j empty in every row")
     flagged = [r.get("noise_flags") for r in ok_rows if FOREIGN_FLAG in (r.get("noise_flags") or "")]
     checklist.add(f"{device} no foreign-pid flag", FAIL if flagged else PASS,
                   f"{flagged[0]} (our own launcher holds no context: another process shares this GPU?)" if flagged
