@@ -429,6 +429,10 @@ def test_combine_ranks_keeps_per_device_meaning():
               "energy_method": "nvml-counter", "throttle_reasons": "sw_power_cap", "telemetry_note": "a; b"},
              {"energy_j": 20.0, "power_w_mean": 200.0, "power_w_max": 250.0, "sm_clock_mhz_min": 1200,
               "energy_method": "nvml-counter", "throttle_reasons": "hw_slowdown", "telemetry_note": "b"}]
+    ranks[0]["window_peak_rss_bytes"], ranks[1]["window_peak_rss_bytes"] = 3 * 2**30, 2 * 2**30
+    ranks[0]["power_method"], ranks[1]["power_method"] = "energy-counter", "nvml-instant"
     out = telemetry.combine_ranks(ranks)
     assert out["energy_j"] == 15.0 and out["power_w_max"] == 250.0 and out["sm_clock_mhz_min"] == 1200
+    assert out["window_peak_rss_bytes"] == 3 * 2**30  # the largest process, as peak memory is taken
+    assert out["power_method"] == "nvml-instant"      # the weakest method any rank used
     assert out["throttle_reasons"] == "sw_power_cap;hw_slowdown" and out["telemetry_note"] == "a; b"

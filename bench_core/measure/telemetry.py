@@ -180,7 +180,9 @@ def combine_ranks(per_rank: list[dict]) -> dict:
 
     out = {k: mean(k) for k in ("power_w_mean", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
                                 "cpu_util_pct_mean")}
-    out.update({k: max(values(k), default=None) for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max")})
+    out.update({k: max(values(k), default=None)
+                for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max", WINDOW_RSS_COLUMN)
+                if k != WINDOW_RSS_COLUMN or k in _schema_columns()})
     out["sm_clock_mhz_min"] = min(values("sm_clock_mhz_min"), default=None)
     methods = set(values("energy_method"))  # the weakest method used by any rank
     out["energy_method"] = next((m for m in ("power-integration", "nvml-counter", "rapl") if m in methods), None)
