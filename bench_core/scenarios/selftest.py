@@ -126,7 +126,7 @@ def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
     checklist.run("cpu fp32 train (resnet18, 32 px)", one("train"))
     checklist.run("cpu fp32 infer (resnet18, 32 px)", one("infer"))
     checklist.run("tf32 flags readable after the runs", lambda: (True, format_tf32_flags(tf32_flags())))
-    checklist.run("cpu MFU <= 1 or empty", lambda: _mfu_ok(rows))
+    checklist.run("cpu MFU <= 1 or empty", lambda: mfu_ok(rows))
 
     def written():
         if not rows:
@@ -138,7 +138,7 @@ def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
     checklist.run("a row is written and reads back", written)
 
 
-def _mfu_ok(rows: list[dict]) -> tuple[bool, str]:
+def mfu_ok(rows: list[dict]) -> tuple[bool, str]:
     if not rows:
         raise Skip("no rows (the runs failed)")
     values = [r.get("mfu") for r in rows]
@@ -164,7 +164,7 @@ def gpu_checks(checklist: Checklist) -> None:
     started = time.perf_counter()
     results = _run_gpu_children(count)
     for index in range(count):
-        _device_checks(checklist, f"cuda:{index}", results.get(index), time.perf_counter() - started)
+        device_checks(checklist, f"cuda:{index}", results.get(index), time.perf_counter() - started)
     checklist.run("largest-batch search (cuda:0, resnet18 32 px, each probe a fresh process)", _batch_search)
     if count < 2:
         for name in ("2-process nccl DDP run", "nccl all-reduce result"):
@@ -224,7 +224,7 @@ def _child_runs(spec_path: str, out_path: str) -> int:
     return 0
 
 
-def _device_checks(checklist: Checklist, device: str, result: dict | None, seconds: float) -> None:
+def device_checks(checklist: Checklist, device: str, result: dict | None, seconds: float) -> None:
     if not result or "error" in result:
         checklist.add(f"{device} runs", FAIL, (result or {}).get("error", "no result"), seconds)
         return
@@ -252,7 +252,7 @@ def _device_checks(checklist: Checklist, device: str, result: dict | None, secon
             checklist.add(f"{device} {what}", SKIPPED, "no run succeeded")
         return
     try:
-        ok, why = _mfu_ok(ok_rows)
+        ok, why = mfu_ok(ok_rows)
         checklist.add(f"{device} MFU <= 1", PASS if ok else FAIL, why)
     except Skip as exc:
         checklist.add(f"{device} MFU <= 1", SKIPPED, str(exc))
