@@ -241,12 +241,24 @@ def test_a_not_supported_query_empties_only_its_column(monkeypatch, cuda_device)
 
 
 def test_throttle_reason_is_decoded_and_flagged(monkeypatch, cuda_device, tiny_config):
-    device = gpu(UUID_A, "00000000:3B:00.0", reasons=0x1 | 0x4)  # gpu_idle | sw_power_cap
+    device = gpu(UUID_A, "00000000:3B:00.0", reasons=0x1 | 0x40)  # gpu_idle | hw_thermal_slowdown
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
     cols = sample(cuda_device(UUID_A))
-    assert cols["throttle_reasons"] == "gpu_idle;sw_power_cap"
+    assert cols["throttle_reasons"] == "gpu_idle;hw_thermal_slowdown"
     flags = efficiency.derive({**cols, "step_time_cv": 0.01, "timed_s": 1.0}, tiny_config())["noise_flags"]
-    assert device_flags(flags) == "throttle(sw_power_cap)"  # idle is a state, not throttling
+    assert device_flags(flags) == "throttle(hw_thermal_slowdown)"  # idle is a state, not throttling
+
+
+def test_a_power_cap_is_recorded_and_flagged_only_when_the_clock_fell(monkeypatch, cuda_device, tiny_config):
+    # A T4 / L4 / A10 under load: sw_power_cap in nearly every window, at steady clocks.
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([gpu(UUID_A, "00000000:3B:00.0", reasons=0x4)]))
+    cols = sample(cuda_device(UUID_A))
+    assert cols["throttle_reasons"] == "sw_power_cap"  # recorded
+    steady = {**cols, "step_time_cv": 0.01, "timed_s": 1.0}
+    assert device_flags(efficiency.derive(steady, tiny_config())["noise_flags"]) is None
+    fell = {**steady, "sm_clock_mhz_mean": 1400.0, "sm_clock_mhz_min": 1100.0}
+    flags = device_flags(efficiency.derive(fell, tiny_config())["noise_flags"])
+    assert flags.startswith("throttle(sw_power_cap);clock-drop(min 1100")
 
 
 def test_throttle_reasons_fall_back_to_the_old_query(monkeypatch, cuda_device):
