@@ -9,7 +9,7 @@ CPU: torch's own answer (its dispatch level, oneDNN's bf16/fp16 checks), backed 
 (x86: AVX512_BF16, AMX-BF16, AVX512_FP16, AMX-FP16; Arm: BF16, FP16 arithmetic). Both must hold:
 oneDNN "supports" bf16 on any AVX-512 CPU by converting to fp32, and ONEDNN_MAX_CPU_ISA or
 ATEN_CPU_CAPABILITY can keep torch off instructions the CPU has. CUDA: compute capability
-(fp16 tensor cores from 7.0, tf32 and bf16 from 8.0).
+(fp16 tensor cores from 7.0, tf32 and bf16 from 8.0; bf16 GEMMs fail below 7.0).
 """
 from __future__ import annotations
 
@@ -124,10 +124,18 @@ def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:
 
 # -- CUDA ---------------------------------------------------------------------------------------
 
-def cuda_support(precision: Precision, capability: tuple[int, int], name: str,
-                 bf16_emulation: bool = True) -> Support:
-    """By compute capability: fp16 tensor cores from 7.0, tf32 and bf16 from 8.0. Below 8.0 torch
-    still runs bf16 (`is_bf16_supported(including_emulation=True)`), through fp32 math."""
+# bf16 matrix multiplies below 8.0. ATen hands bf16 GEMMs to cuBLAS (cublasGemmEx /
+# cublasGemmStridedBatchedEx with CUDA_R_16BF, aten/src/ATen/cuda/CUDABlas.cpp) without checking
+# the device, and PyTorch's own tests gate them at SM53OrLater; but cuBLAS refuses them on Pascal:
+# CUBLAS_STATUS_NOT_SUPPORTED on a P100, 6.0 (pytorch issue 57773, open), while a T4 (7.5) runs them
+# in PyTorch's CI and a V100 (7.0) with cuBLAS 12.3+ (pytorch PR 115666). From 7.0 bf16 runs,
+# through fp32 math (emulated); below it every model with a linear layer fails, so it is refused.
+BF16_GEMM_MIN_CAPABILITY = (7, 0)
+
+
+def cuda_support(precision: Precision, capability: tuple[int, int], name: str) -> Support:
+    """By compute capability: fp16 tensor cores from 7.0, tf32 and bf16 from 8.0. From 7.0 to 8.0
+    torch runs bf16 through fp32 math (emulated); below 7.0 cuBLAS refuses bf16 GEMMs."""
     major, minor = capability
     cc = f"compute capability {major}.{minor}"
     dtype = precision.compute_dtype
@@ -140,9 +148,11 @@ def cuda_support(precision: Precision, capability: tuple[int, int], name: str,
     if dtype == "bfloat16":
         if major >= 8:
             return Support(NATIVE, f"bf16 tensor cores ({cc})")
-        if bf16_emulation:
+        if (major, minor) >= BF16_GEMM_MIN_CAPABILITY:
             return Support(EMULATED, f"{name} ({cc}) has no bf16 tensor cores (8.0+): bf16 is emulated")
-        return Support(UNSUPPORTED, f"bfloat16 is not supported on {name} ({cc})")
+        return Support(UNSUPPORTED, f"bf16 matrix multiplies fail on {name} ({cc}): cuBLAS returns "
+                                    f"CUBLAS_STATUS_NOT_SUPPORTED for bf16 GEMMs below compute capability 7.0 "
+                                    f"(pytorch issue 57773); use fp32 or fp16 here")
     if major >= 7:
         return Support(NATIVE, f"fp16 tensor cores ({cc})")
     return Support(EMULATED, f"{name} ({cc}) has no fp16 tensor cores (7.0+): fp16 runs on CUDA cores")

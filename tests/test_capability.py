@@ -92,13 +92,21 @@ def test_arm_cpu_with_bf16_feature():
     ((7, 5), "Tesla T4", {"tf32": UNSUPPORTED, "fp16": NATIVE, "bf16": EMULATED}),
     ((8, 0), "NVIDIA A100-SXM4-80GB", {"tf32": NATIVE, "bf16": NATIVE, "amp-fp16": NATIVE}),
     ((9, 0), "NVIDIA H100 80GB HBM3", {"tf32": NATIVE, "amp-bf16": NATIVE}),
-    ((6, 1), "Tesla P40", {"amp-fp16": EMULATED, "bf16": EMULATED}),
+    ((6, 1), "Tesla P40", {"amp-fp16": EMULATED, "fp32": NATIVE, "bf16": UNSUPPORTED, "amp-bf16": UNSUPPORTED}),
+    ((6, 0), "Tesla P100-PCIE-16GB", {"fp16": EMULATED, "bf16": UNSUPPORTED, "amp-bf16": UNSUPPORTED}),
 ])
 def test_cuda_rules_by_compute_capability(cc, name, expected):
     for precision, level in expected.items():
         found = cuda_support(PRECISIONS[precision], cc, name)
         assert found.level == level, (precision, found)
-    assert cuda_support(PRECISIONS["bf16"], (6, 1), "Tesla P40", bf16_emulation=False).level == UNSUPPORTED
+
+
+def test_bf16_on_pascal_is_refused_with_the_reason():
+    # cuBLAS bf16 GEMMs: CUBLAS_STATUS_NOT_SUPPORTED on a P100 (pytorch#57773); a run would end in error rows.
+    found = cuda_support(PRECISIONS["amp-bf16"], (6, 0), "Tesla P100-PCIE-16GB")
+    assert found.level == UNSUPPORTED and not found.runs
+    assert "CUBLAS_STATUS_NOT_SUPPORTED" in found.reason and "57773" in found.reason
+    assert cuda_support(PRECISIONS["amp-bf16"], (7, 0), "Tesla V100-SXM2-16GB").runs
 
 
 def test_sysinfo_prints_the_precision_table(capsys):
