@@ -217,13 +217,30 @@ def _measured_cpu_support(precision: Precision, mode: str) -> Support:
 
 # -- any device -----------------------------------------------------------------------------------
 
+# What a pure cast trains without, said in every training row's precision_support_reason.
+PURE_CAST_TRAINING = {
+    "float16": "pure fp16 training: weights, gradients and optimizer state in float16, no fp32 master weights "
+               "and no loss scaling (small gradients underflow; amp-fp16 has both)",
+    "bfloat16": "pure bf16 training: weights, gradients and optimizer state in bfloat16, no fp32 master weights "
+                "(small updates round away; amp-bf16 keeps fp32 weights)",
+}
+
+
 def support(device: torch.device, precision: Precision, mode: str = "train") -> Support:
-    """How `device` runs `precision` in `mode` (train, the stricter, by default). Reads device
-    properties only (and times a small block on the CPU): creates no CUDA context."""
+    """How `device` runs `precision` in `mode` (train, the stricter, by default), and in training
+    what a pure cast goes without. Reads device properties only (and times a small block on the
+    CPU): creates no CUDA context."""
+    found = _device_support(device, precision, mode)
+    if mode == "train" and precision.cast_dtype in PURE_CAST_TRAINING and found.runs:
+        return Support(found.level, f"{found.reason}; {PURE_CAST_TRAINING[precision.cast_dtype]}")
+    return found
+
+
+def _device_support(device: torch.device, precision: Precision, mode: str) -> Support:
     if device.type == "cuda":
         # Not torch.cuda.is_bf16_supported(): below 8.0 it makes a bf16 tensor to find out, which
-        # creates a CUDA context in whatever process asks (launchers, checks). torch's CUDA builds
-        # run bf16 on every GPU they support, through fp32 math before 8.0.
+        # creates a CUDA context in whatever process asks (launchers, checks); and it says True on
+        # a P100, where bf16 GEMMs fail (see BF16_GEMM_MIN_CAPABILITY).
         props = torch.cuda.get_device_properties(device)
         return cuda_support(precision, (props.major, props.minor), props.name)
     if device.type == "mps":
