@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from bench_core import BenchConfig, ConfigError, run_benchmark
-from bench_core.devices import (Backend, is_library_alloc_failure, numerics_state, restore_numerics, set_tf32,
-                                tf32_flags)
+from bench_core.devices import (Backend, CudaBackend, is_library_alloc_failure, numerics_state, restore_numerics,
+                                set_tf32, tf32_flags)
 from bench_core.measure.flops import GPU_PEAKS_CSV, PEAK_CLASS, gpu_peak, gpu_peak_table
 from bench_core.workload.precision import resolve_precision
 from bench_core.run.runner import Session
@@ -152,12 +152,92 @@ NOT_OOM = [
 @pytest.mark.parametrize("message", OOM_MESSAGES)
 def test_allocation_failures_are_out_of_memory(message):
     assert Backend(torch.device("cpu")).is_oom(RuntimeError(message))
+    assert CudaBackend(torch.device("cuda", 0)).is_oom(torch.AcceleratorError(message))
+
+
+def test_cuda_backend_classifies_torchs_own_exceptions():
+    # CudaBackend builds without a GPU (device properties are read only when asked): its
+    # classification runs here on the exception types torch raises on a GPU.
+    backend = CudaBackend(torch.device("cuda", 0))
+    assert backend.is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                                                 "total capacity of 15.77 GiB of which 1.06 GiB is free."))
+    assert backend.is_oom(torch.cuda.OutOfMemoryError(""))  # the same class, any message
+    assert not backend.is_oom(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+    assert not backend.is_oom(torch.AcceleratorError("CUDA error: device-side assert triggered"))
 
 
 @pytest.mark.parametrize("message", NOT_OOM)
 def test_other_failures_are_not(message):
     assert not Backend(torch.device("cpu")).is_oom(RuntimeError(message))
+    assert not CudaBackend(torch.device("cuda", 0)).is_oom(RuntimeError(message))
     assert not is_library_alloc_failure(message)
+
+
+# -- issue 28: bench compare with two GPUs -----------------------------------------------------
+
+class TwoGpus:
+    """A stand-in for two GPUs' streams and events (no hardware here): each stream has its own
+    device clock; an event records its stream's time. What runs on a GPU advances its clock."""
+
+    def __init__(self):
+        self.current = 0
+        self.clock = {0: 0.0, 1: 0.0}
+        gpus = self
+
+        class Stream:
+            def __init__(self, index):
+                self.index = index
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self, stream=None):
+                stream = stream or gpus.current_stream()
+                self.at = gpus.clock[stream.index]
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1e3
+
+        self.Stream, self.Event = Stream, Event
+
+    def current_stream(self, device=None):
+        index = self.current if device is None else (device if isinstance(device, int) else device.index)
+        return self.Stream(index)
+
+    def set_device(self, device):
+        self.current = device if isinstance(device, int) else device.index
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    gpus = TwoGpus()
+    monkeypatch.setattr(torch.cuda, "Event", gpus.Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", gpus.current_stream)
+    monkeypatch.setattr(torch.cuda, "set_device", gpus.set_device)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return gpus
+
+
+def test_a_window_is_timed_on_its_own_gpu_whatever_gpu_is_current(two_gpus):
+    from bench_core.run.timing import timed_window
+    backend = CudaBackend(torch.device("cuda", 1))   # variant A on cuda:1
+    two_gpus.current = 0                            # B was opened last: cuda:0 is current
+
+    def step():                                     # A's work: 10 ms on cuda:1's clock
+        two_gpus.clock[1] += 0.010
+    window = timed_window(step, backend, min_steps=3, min_seconds=0.0)
+    assert window.seconds == pytest.approx(0.030)
+    assert window.step_s == pytest.approx([0.010] * 3)
+
+
+def test_each_window_makes_its_own_gpu_current(two_gpus, numerics):
+    two_gpus.current = 0
+    CudaBackend(torch.device("cuda", 1)).apply_knobs(resolve_precision("fp32"), cudnn_benchmark=False)
+    assert two_gpus.current == 1  # so anything that uses the current device runs on this variant's GPU
 
 
 # -- 7. compile needs a warm-up; 8. channels_last is refused for detection ---------------------
