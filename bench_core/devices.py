@@ -288,6 +288,11 @@ class Backend:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
         return {"peak_mem_allocated_bytes": None, "peak_mem_reserved_bytes": None, "peak_rss_bytes": peak}
 
+    def allocated_bytes(self) -> int | None:
+        """Bytes of live tensors torch's allocator holds on the device now; None where torch
+        keeps no per-device count (on CPU the process's RSS is all there is)."""
+        return None
+
     def is_oom(self, exc: BaseException) -> bool:
         if isinstance(exc, MemoryError):
             return True
@@ -337,6 +342,9 @@ class CudaBackend(Backend):
         stats["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(self.device)
         stats["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
         return stats
+
+    def allocated_bytes(self) -> int | None:
+        return torch.cuda.memory_allocated(self.device)  # 0 before CUDA is initialised (no context made)
 
     def is_oom(self, exc: BaseException) -> bool:
         # super() also takes the cuBLAS / cuDNN ALLOC_FAILED statuses (is_library_alloc_failure)

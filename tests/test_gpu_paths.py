@@ -325,3 +325,27 @@ def test_an_unresolvable_own_pid_counts_others_without_naming_one():
     visible = nvml.NvmlDevice(nvml=None, handle=None)
     visible._note_processes({os.getpid(), 4_000_003})
     assert visible.columns([])["noise_flags"] == "other-processes-on-device(pid 4000003)"
+
+
+def test_compare_rows_say_their_memory_includes_both_variants(numerics):
+    from test_capacity import TinyCNN  # noqa: F401 - registers test_tiny_cnn
+    from bench_core.scenarios.compare import compare
+    cfg = BenchConfig(model="test_tiny_cnn", batch_size=2, steps=2, warmup_steps=1, repeats=1, min_seconds=0,
+                      device="cpu")
+    result = compare(cfg, cfg, rounds=2)
+    for row in result.rows_a + result.rows_b:
+        assert row["status"] == "ok", row["message"]
+        assert "peak_rss_bytes, window_peak_rss_bytes include both compare variants" in row["telemetry_note"]
+
+
+def test_on_one_gpu_a_variants_peak_leaves_out_what_the_other_holds():
+    from bench_core.scenarios.compare import own_memory
+    gib = 2**30
+    row = {"status": "ok", "peak_mem_allocated_bytes": 5 * gib, "telemetry_note": None}
+    own_memory(row, other_held=2 * gib, one_device=True)  # B's weights and optimizer state sat on the GPU
+    assert row["peak_mem_allocated_bytes"] == 3 * gib
+    assert "without the other compare variant's 2048 MiB" in row["telemetry_note"]
+    assert "peak_mem_reserved_bytes, gpu_mem_used_bytes include both" in row["telemetry_note"]
+    apart = {"status": "ok", "peak_mem_allocated_bytes": 5 * gib, "telemetry_note": None}
+    own_memory(apart, other_held=2 * gib, one_device=False)  # the other variant is on another GPU
+    assert apart["peak_mem_allocated_bytes"] == 5 * gib and "reserved" not in apart["telemetry_note"]
