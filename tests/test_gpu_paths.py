@@ -285,7 +285,7 @@ def test_every_peak_row_parses_and_has_a_source():
     for row in rows:
         re.compile(row["gpu_pattern"])
         assert row["precision"] in set(PEAK_CLASS.values())
-        assert 0 < float(row["dense_tflops"]) < 5000
+        assert row["dense_tflops"] in ("none", "unpublished") or 0 < float(row["dense_tflops"]) < 5000
         assert re.search(r"https?://\S+$", row["source"]), row
     with open(GPU_PEAKS_CSV, newline="") as handle:  # no row lost to a stray comma or quote
         data = [line for line in handle if line.strip() and not line.startswith("#")]
@@ -303,10 +303,46 @@ def test_every_peak_row_parses_and_has_a_source():
     ("NVIDIA RTX 6000 Ada Generation", "fp32", 91.1),
     ("NVIDIA B200", "amp-bf16", 2250),
     ("Tesla V100S-PCIE-32GB", "amp-fp16", 130),
+    # issue 28
+    ("NVIDIA B200", "fp32", 75),
+    ("NVIDIA B200", "tf32", 1100),       # the per-GPU sheet (2.2 PFLOPS sparse), not the 8-GPU total / 8
+    ("NVIDIA GB200", "amp-bf16", 2500),
+    ("NVIDIA H200 NVL", "amp-bf16", 835.5),
+    ("NVIDIA H200 NVL", "fp32", 60),
+    ("NVIDIA H200", "fp32", 67),         # the SXM's row does not catch the NVL
+    ("Tesla V100-SXM3-32GB", "amp-fp16", 125),
 ])
 def test_the_filled_gaps_are_found_by_device_name(name, precision, tflops):
     peak = gpu_peak(name, precision)
     assert peak.tflops == pytest.approx(tflops) and peak.source.startswith("datasheet, dense")
+
+
+def test_every_listed_gpu_has_all_four_classes_or_says_why_not():
+    by_gpu: dict[str, dict] = {}
+    for row in gpu_peak_table():
+        classes = by_gpu.setdefault(row["gpu_pattern"], {})
+        assert row["precision"] not in classes, f"{row['gpu_pattern']} lists {row['precision']} twice"
+        classes[row["precision"]] = row["dense_tflops"]
+    for gpu, classes in by_gpu.items():
+        assert set(classes) == {"fp32", "tf32", "fp16", "bf16"}, gpu
+        assert classes["fp32"] != "none" and classes["fp16"] != "none", gpu  # every GPU listed has both
+        numbers = {k: float(v) for k, v in classes.items() if v not in ("none", "unpublished")}
+        if "fp32" in numbers:  # a tensor-core figure below the FP32 units' would be a sparse/dense or unit mix-up
+            assert all(v >= numbers["fp32"] for v in numbers.values()), gpu
+
+
+@pytest.mark.parametrize("name, precision, expected, why", [
+    ("NVIDIA A10G", "amp-bf16", None, "publishes no datasheet for the A10G"),
+    ("NVIDIA A10G", "fp32", None, "publishes no datasheet for the A10G"),
+    ("NVIDIA RTX 6000 Ada Generation", "amp-bf16", None, "only as FP8 with sparsity"),
+    ("Tesla T4", "amp-bf16", 8.1, "Turing has no bf16 tensor cores"),
+    ("Tesla V100-SXM3-32GB", "bf16", 15.7, "Volta has no bf16 tensor cores"),
+])
+def test_an_absent_figure_is_empty_or_the_fp32_peak_with_the_reason(name, precision, expected, why):
+    peak = gpu_peak(name, precision)
+    assert peak.tflops == expected and why in peak.source
+    if expected is None:
+        assert peak.source.endswith("mfu left empty")
 
 
 # -- 8. NVML process matching inside a container --------------------------------------------
