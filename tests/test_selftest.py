@@ -65,3 +65,13 @@ def test_energy_on_a_mig_slice_is_skipped_not_failed():
     assert checks["cuda:0 NVML energy measured"].status == selftest.SKIPPED
     checks = device_checklist([gpu_run(energy_j=None, energy_method=None)])
     assert checks["cuda:0 NVML energy measured"].status == selftest.FAIL
+
+
+def test_the_search_and_ddp_checks_use_a_precision_the_gpu_runs(monkeypatch):
+    # Device properties only (no GPU here): a P100 cannot run bf16 GEMMs, a V100 can (emulated).
+    import types
+    props = {"major": 6, "minor": 0, "name": "Tesla P100-PCIE-16GB"}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(**props))
+    assert selftest.mixed_precision() == "amp-fp16"
+    props.update(major=7, name="Tesla V100-SXM2-16GB")
+    assert selftest.mixed_precision() == "amp-bf16"

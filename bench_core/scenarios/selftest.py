@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench_core import results
-from bench_core.capability import capability_table
+from bench_core.capability import capability_table, support
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import format_tf32_flags, tf32_flags
 from bench_core.launch.batch_search import find_max_batch
@@ -31,6 +31,7 @@ from bench_core.launch.dispatch import run_benchmark
 from bench_core.launch.supervisor import Child, python_command, supervise
 from bench_core.measure import environment
 from bench_core.results.rows import error_message
+from bench_core.workload.precision import resolve_precision
 
 DEFAULT_OUT = "outputs/selftest/selftest.json"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16")
@@ -282,15 +283,27 @@ def device_checks(checklist: Checklist, device: str, result: dict | None, second
                   else "no other process on the device during any window")
 
 
+# The search and the DDP run use the first of these the GPU runs (bf16 fails below compute
+# capability 7.0); a GPU's support is read from its properties, with no CUDA context here.
+MIXED_PRECISIONS = ("amp-bf16", "amp-fp16", "fp32")
+
+
+def mixed_precision(device_index: int = 0) -> str:
+    import torch
+    device = torch.device("cuda", device_index)
+    return next(p for p in MIXED_PRECISIONS if support(device, resolve_precision(p)).runs)
+
+
 def _batch_search() -> tuple[bool, str]:
-    cfg = BenchConfig(**{**TINY, "device": "cuda:0", "mode": "train", "precision": "amp-bf16"})
+    cfg = BenchConfig(**{**TINY, "device": "cuda:0", "mode": "train", "precision": mixed_precision()})
     search = find_max_batch(cfg, max_batch_size=SEARCH_MAX_BATCH, start_batch_size=SEARCH_MAX_BATCH // 4,
                             isolate=True)
     return search.ok, search.summary()
 
 
 def _ddp_run() -> tuple[bool, str]:
-    cfg = BenchConfig(**{**TINY, "device": "cuda", "mode": "train", "precision": "amp-bf16", "nproc_per_node": 2})
+    cfg = BenchConfig(**{**TINY, "device": "cuda", "mode": "train", "precision": mixed_precision(),
+                         "nproc_per_node": 2})
     row = run_benchmark(cfg)[0]  # torchrun from this process, which holds no CUDA context
     if row["status"] != "ok":
         return False, f"{row['status']}: {row['message']}"
