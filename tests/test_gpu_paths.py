@@ -1,5 +1,7 @@
-"""The GPU-path fixes of issue 20, checked on CPU with the real torch wherever CPU can run them:
-TF32 knobs (set, read back, restored), OOM classification, config checks, the peak table."""
+"""The GPU-path fixes of issues 20 and 28, checked on CPU with the real torch wherever CPU can run
+them: TF32 knobs (set, read back, restored), OOM classification (CudaBackend builds without a
+GPU), config checks, the peak table, and bench compare's two-GPU logic through a stand-in for
+two GPUs' streams and events."""
 from __future__ import annotations
 
 import csv
@@ -93,10 +95,12 @@ def test_a_run_records_the_flags_and_restores_the_callers_settings(numerics):
 
 # -- 4. no CUDA context outside the benchmarking process ------------------------------------
 
-def test_building_a_backend_binds_nothing():
-    # CudaBackend needs a GPU; what CPU can show is the contract: bind() is a separate step.
-    backend = Backend.for_device(torch.device("cpu"))
-    assert backend.bind() is None
+def test_building_a_backend_binds_nothing(monkeypatch):
+    # Launchers, pre-run checks and find-batch's parent build backends: no GPU made current there.
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: pytest.fail("bound while building"))
+    backend = Backend.for_device(torch.device("cuda", 0))
+    assert isinstance(backend, CudaBackend) and backend.device == torch.device("cuda", 0)
+    assert Backend.for_device(torch.device("cpu")).bind() is None
 
 
 # -- 5. the FLOP-count step's optimizer does not outlive the count --------------------------

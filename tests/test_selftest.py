@@ -1,4 +1,5 @@
-"""`bench selftest` on this CPU, for real, as CI runs it: exit 0, the JSON checklist, GPU checks skipped."""
+"""`bench selftest` on this CPU, for real, as CI runs it: exit 0, the JSON checklist, GPU checks
+skipped; and the GPU checks' own logic, fed rows as a GPU child reports them."""
 import json
 import os
 import subprocess
