@@ -1,4 +1,7 @@
 """NVML (nvidia-ml-py) for one CUDA device: power, energy, clocks, utilization, throttle reasons, other processes.
+
+The device is found by its UUID or PCI bus id (never by NVML index alone); on a MIG slice the
+GPU-wide readings are the whole GPU's and are withheld from the power and energy columns.
 """
 from __future__ import annotations
 
