@@ -9,7 +9,7 @@ CPU: torch's own answer (its dispatch level, oneDNN's bf16/fp16 checks), backed 
 (x86: AVX512_BF16, AMX-BF16, AVX512_FP16, AMX-FP16; Arm: BF16, FP16 arithmetic). Both must hold:
 oneDNN "supports" bf16 on any AVX-512 CPU by converting to fp32, and ONEDNN_MAX_CPU_ISA or
 ATEN_CPU_CAPABILITY can keep torch off instructions the CPU has. CUDA: compute capability
-(fp16 tensor cores from 7.0, tf32 and bf16 from 8.0).
+(fp16 tensor cores from 7.0, tf32 and bf16 from 8.0; bf16 GEMMs fail below 7.0).
 """
 from __future__ import annotations
 
@@ -124,10 +124,18 @@ def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:
 
 # -- CUDA ---------------------------------------------------------------------------------------
 
-def cuda_support(precision: Precision, capability: tuple[int, int], name: str,
-                 bf16_emulation: bool = True) -> Support:
-    """By compute capability: fp16 tensor cores from 7.0, tf32 and bf16 from 8.0. Below 8.0 torch
-    still runs bf16 (`is_bf16_supported(including_emulation=True)`), through fp32 math."""
+# bf16 matrix multiplies below 8.0. ATen hands bf16 GEMMs to cuBLAS (cublasGemmEx /
+# cublasGemmStridedBatchedEx with CUDA_R_16BF, aten/src/ATen/cuda/CUDABlas.cpp) without checking
+# the device, and PyTorch's own tests gate them at SM53OrLater; but cuBLAS refuses them on Pascal:
+# CUBLAS_STATUS_NOT_SUPPORTED on a P100, 6.0 (pytorch issue 57773, open), while a T4 (7.5) runs them
+# in PyTorch's CI and a V100 (7.0) with cuBLAS 12.3+ (pytorch PR 115666). From 7.0 bf16 runs,
+# through fp32 math (emulated); below it every model with a linear layer fails, so it is refused.
+BF16_GEMM_MIN_CAPABILITY = (7, 0)
+
+
+def cuda_support(precision: Precision, capability: tuple[int, int], name: str) -> Support:
+    """By compute capability: fp16 tensor cores from 7.0, tf32 and bf16 from 8.0. From 7.0 to 8.0
+    torch runs bf16 through fp32 math (emulated); below 7.0 cuBLAS refuses bf16 GEMMs."""
     major, minor = capability
     cc = f"compute capability {major}.{minor}"
     dtype = precision.compute_dtype
@@ -140,9 +148,11 @@ def cuda_support(precision: Precision, capability: tuple[int, int], name: str,
     if dtype == "bfloat16":
         if major >= 8:
             return Support(NATIVE, f"bf16 tensor cores ({cc})")
-        if bf16_emulation:
+        if (major, minor) >= BF16_GEMM_MIN_CAPABILITY:
             return Support(EMULATED, f"{name} ({cc}) has no bf16 tensor cores (8.0+): bf16 is emulated")
-        return Support(UNSUPPORTED, f"bfloat16 is not supported on {name} ({cc})")
+        return Support(UNSUPPORTED, f"bf16 matrix multiplies fail on {name} ({cc}): cuBLAS returns "
+                                    f"CUBLAS_STATUS_NOT_SUPPORTED for bf16 GEMMs below compute capability 7.0 "
+                                    f"(pytorch issue 57773); use fp32 or fp16 here")
     if major >= 7:
         return Support(NATIVE, f"fp16 tensor cores ({cc})")
     return Support(EMULATED, f"{name} ({cc}) has no fp16 tensor cores (7.0+): fp16 runs on CUDA cores")
@@ -207,13 +217,30 @@ def _measured_cpu_support(precision: Precision, mode: str) -> Support:
 
 # -- any device -----------------------------------------------------------------------------------
 
+# What a pure cast trains without, said in every training row's precision_support_reason.
+PURE_CAST_TRAINING = {
+    "float16": "pure fp16 training: weights, gradients and optimizer state in float16, no fp32 master weights "
+               "and no loss scaling (small gradients underflow; amp-fp16 has both)",
+    "bfloat16": "pure bf16 training: weights, gradients and optimizer state in bfloat16, no fp32 master weights "
+                "(small updates round away; amp-bf16 keeps fp32 weights)",
+}
+
+
 def support(device: torch.device, precision: Precision, mode: str = "train") -> Support:
-    """How `device` runs `precision` in `mode` (train, the stricter, by default). Reads device
-    properties only (and times a small block on the CPU): creates no CUDA context."""
+    """How `device` runs `precision` in `mode` (train, the stricter, by default), and in training
+    what a pure cast goes without. Reads device properties only (and times a small block on the
+    CPU): creates no CUDA context."""
+    found = _device_support(device, precision, mode)
+    if mode == "train" and precision.cast_dtype in PURE_CAST_TRAINING and found.runs:
+        return Support(found.level, f"{found.reason}; {PURE_CAST_TRAINING[precision.cast_dtype]}")
+    return found
+
+
+def _device_support(device: torch.device, precision: Precision, mode: str) -> Support:
     if device.type == "cuda":
         # Not torch.cuda.is_bf16_supported(): below 8.0 it makes a bf16 tensor to find out, which
-        # creates a CUDA context in whatever process asks (launchers, checks). torch's CUDA builds
-        # run bf16 on every GPU they support, through fp32 math before 8.0.
+        # creates a CUDA context in whatever process asks (launchers, checks); and it says True on
+        # a P100, where bf16 GEMMs fail (see BF16_GEMM_MIN_CAPABILITY).
         props = torch.cuda.get_device_properties(device)
         return cuda_support(precision, (props.major, props.minor), props.name)
     if device.type == "mps":

@@ -202,11 +202,19 @@ class StepClock:
 
 
 class CudaStepClock(StepClock):
-    """CUDA events at each boundary: no sync inside the window, one sync when it is read."""
+    """CUDA events at each boundary: no sync inside the window, one sync when it is read.
+
+    Events go on `device`'s own current stream, not on the current device's: with two GPUs in
+    one process (bench compare), the current device is whichever was set last, and events on
+    the other, idle GPU would time how fast the host queues work."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self._device = device
 
     def mark(self) -> None:
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self._device))
         self._marks.append(event)
 
     def seconds(self) -> list[float]:
@@ -280,6 +288,11 @@ class Backend:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
         return {"peak_mem_allocated_bytes": None, "peak_mem_reserved_bytes": None, "peak_rss_bytes": peak}
 
+    def allocated_bytes(self) -> int | None:
+        """Bytes of live tensors torch's allocator holds on the device now; None where torch
+        keeps no per-device count (on CPU the process's RSS is all there is)."""
+        return None
+
     def is_oom(self, exc: BaseException) -> bool:
         if isinstance(exc, MemoryError):
             return True
@@ -310,13 +323,16 @@ class CudaBackend(Backend):
         return torch.cuda.device_count()
 
     def apply_knobs(self, precision: Precision, cudnn_benchmark: bool) -> dict:
+        # The current device is process-wide too: another open session (bench compare on a
+        # second GPU) may have made its own GPU current since this one's last window.
+        torch.cuda.set_device(self.device)
         return self._set_and_read(precision.tf32, cudnn_benchmark)
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 
     def new_clock(self) -> StepClock:
-        return CudaStepClock()
+        return CudaStepClock(self.device)
 
     def reset_peak_memory(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.device)
@@ -326,6 +342,9 @@ class CudaBackend(Backend):
         stats["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(self.device)
         stats["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(self.device)
         return stats
+
+    def allocated_bytes(self) -> int | None:
+        return torch.cuda.memory_allocated(self.device)  # 0 before CUDA is initialised (no context made)
 
     def is_oom(self, exc: BaseException) -> bool:
         # super() also takes the cuBLAS / cuDNN ALLOC_FAILED statuses (is_library_alloc_failure)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from bench_core import capability
+from bench_core import BenchConfig, ConfigError, capability
 
 from bench_core.measure import efficiency, flops
 from bench_core.capability import EMULATED, NATIVE, UNSUPPORTED, CpuFacts, cpu_support, cuda_support
@@ -92,13 +92,21 @@ def test_arm_cpu_with_bf16_feature():
     ((7, 5), "Tesla T4", {"tf32": UNSUPPORTED, "fp16": NATIVE, "bf16": EMULATED}),
     ((8, 0), "NVIDIA A100-SXM4-80GB", {"tf32": NATIVE, "bf16": NATIVE, "amp-fp16": NATIVE}),
     ((9, 0), "NVIDIA H100 80GB HBM3", {"tf32": NATIVE, "amp-bf16": NATIVE}),
-    ((6, 1), "Tesla P40", {"amp-fp16": EMULATED, "bf16": EMULATED}),
+    ((6, 1), "Tesla P40", {"amp-fp16": EMULATED, "fp32": NATIVE, "bf16": UNSUPPORTED, "amp-bf16": UNSUPPORTED}),
+    ((6, 0), "Tesla P100-PCIE-16GB", {"fp16": EMULATED, "bf16": UNSUPPORTED, "amp-bf16": UNSUPPORTED}),
 ])
 def test_cuda_rules_by_compute_capability(cc, name, expected):
     for precision, level in expected.items():
         found = cuda_support(PRECISIONS[precision], cc, name)
         assert found.level == level, (precision, found)
-    assert cuda_support(PRECISIONS["bf16"], (6, 1), "Tesla P40", bf16_emulation=False).level == UNSUPPORTED
+
+
+def test_bf16_on_pascal_is_refused_with_the_reason():
+    # cuBLAS bf16 GEMMs: CUBLAS_STATUS_NOT_SUPPORTED on a P100 (pytorch#57773); a run would end in error rows.
+    found = cuda_support(PRECISIONS["amp-bf16"], (6, 0), "Tesla P100-PCIE-16GB")
+    assert found.level == UNSUPPORTED and not found.runs
+    assert "CUBLAS_STATUS_NOT_SUPPORTED" in found.reason and "57773" in found.reason
+    assert cuda_support(PRECISIONS["amp-bf16"], (7, 0), "Tesla V100-SXM2-16GB").runs
 
 
 def test_sysinfo_prints_the_precision_table(capsys):
@@ -188,3 +196,38 @@ def test_an_mfu_above_1_is_never_shown_and_the_flag_carries_it(tiny_config):
 def test_a_gpu_without_bf16_tensor_cores_is_divided_by_its_fp32_peak():
     peak = flops.gpu_peak("Tesla V100-SXM2-16GB", "amp-bf16")
     assert peak.tflops == 15.7 and peak.source.startswith("the fp32 peak")
+
+
+# -- pure fp16 training (issue 28, defect 3) ---------------------------------------------------
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_pure_fp16_training_with_adam_is_refused_naming_both_fields(optimizer):
+    # fp16 optimizer state: eps 1e-8 rounds to 0 and the second moment underflows: NaN from step 1
+    with pytest.raises(ConfigError, match=rf"^optimizer: {optimizer} with precision fp16 trains to NaN") as info:
+        BenchConfig(model="resnet18", mode="train", precision="fp16", optimizer=optimizer, device="cpu")
+    assert "\n" not in str(info.value) and "amp-fp16" in str(info.value)
+    for allowed in (dict(precision="fp16", optimizer="sgd"), dict(precision="amp-fp16", optimizer=optimizer),
+                    dict(precision="bf16", optimizer=optimizer), dict(mode="infer", precision="fp16", optimizer=optimizer)):
+        BenchConfig(**{"model": "resnet18", "mode": "train", "device": "cpu", **allowed})
+
+
+def test_a_pure_cast_training_row_says_what_it_goes_without():
+    reason = capability.support(torch.device("cpu"), PRECISIONS["fp16"], "train").reason
+    assert "no fp32 master weights and no loss scaling" in reason
+    assert "no fp32 master weights" in capability.support(torch.device("cpu"), PRECISIONS["bf16"], "train").reason
+    assert "master weights" not in capability.support(torch.device("cpu"), PRECISIONS["fp16"], "infer").reason
+    assert "master weights" not in capability.support(torch.device("cpu"), PRECISIONS["amp-fp16"], "train").reason
+
+
+def test_the_refused_combination_is_nan_in_torch():
+    # Why it is refused: torch's Adam keeps float16 state for float16 parameters (if a release
+    # keeps it in fp32 one day, this fails and the refusal can go).
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4).half()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x, y = torch.randn(8, 16).half(), torch.randint(0, 4, (8,))
+    for _ in range(2):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert not all(torch.isfinite(p).all() for p in model.parameters())

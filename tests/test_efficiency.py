@@ -78,9 +78,9 @@ def test_gpu_mfu_uses_the_dense_table_peak_of_the_precision_used(tiny_config):
 
 
 def test_unknown_gpu_leaves_mfu_empty_with_a_note(tiny_config):
-    out = efficiency.derive(measured(device_name="NVIDIA A10G"), tiny_config())
+    out = efficiency.derive(measured(device_name="NVIDIA TITAN Xp"), tiny_config())
     assert out.get("mfu") is None and out["peak_tflops"] is None
-    assert "unknown GPU 'NVIDIA A10G'" in out["peak_source"]
+    assert "unknown GPU 'NVIDIA TITAN Xp'" in out["peak_source"]
 
 
 def test_energy_per_sample_is_per_device(tiny_config):

@@ -1,5 +1,7 @@
-"""The GPU-path fixes of issue 20, checked on CPU with the real torch wherever CPU can run them:
-TF32 knobs (set, read back, restored), OOM classification, config checks, the peak table."""
+"""The GPU-path fixes of issues 20 and 28, checked on CPU with the real torch wherever CPU can run
+them: TF32 knobs (set, read back, restored), OOM classification (CudaBackend builds without a
+GPU), config checks, the peak table, and bench compare's two-GPU logic through a stand-in for
+two GPUs' streams and events."""
 from __future__ import annotations
 
 import csv
@@ -11,8 +13,8 @@ import pytest
 import torch
 
 from bench_core import BenchConfig, ConfigError, run_benchmark
-from bench_core.devices import (Backend, is_library_alloc_failure, numerics_state, restore_numerics, set_tf32,
-                                tf32_flags)
+from bench_core.devices import (Backend, CudaBackend, is_library_alloc_failure, numerics_state, restore_numerics,
+                                set_tf32, tf32_flags)
 from bench_core.measure.flops import GPU_PEAKS_CSV, PEAK_CLASS, gpu_peak, gpu_peak_table
 from bench_core.workload.precision import resolve_precision
 from bench_core.run.runner import Session
@@ -93,10 +95,12 @@ def test_a_run_records_the_flags_and_restores_the_callers_settings(numerics):
 
 # -- 4. no CUDA context outside the benchmarking process ------------------------------------
 
-def test_building_a_backend_binds_nothing():
-    # CudaBackend needs a GPU; what CPU can show is the contract: bind() is a separate step.
-    backend = Backend.for_device(torch.device("cpu"))
-    assert backend.bind() is None
+def test_building_a_backend_binds_nothing(monkeypatch):
+    # Launchers, pre-run checks and find-batch's parent build backends: no GPU made current there.
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: pytest.fail("bound while building"))
+    backend = Backend.for_device(torch.device("cuda", 0))
+    assert isinstance(backend, CudaBackend) and backend.device == torch.device("cuda", 0)
+    assert Backend.for_device(torch.device("cpu")).bind() is None
 
 
 # -- 5. the FLOP-count step's optimizer does not outlive the count --------------------------
@@ -152,12 +156,92 @@ NOT_OOM = [
 @pytest.mark.parametrize("message", OOM_MESSAGES)
 def test_allocation_failures_are_out_of_memory(message):
     assert Backend(torch.device("cpu")).is_oom(RuntimeError(message))
+    assert CudaBackend(torch.device("cuda", 0)).is_oom(torch.AcceleratorError(message))
+
+
+def test_cuda_backend_classifies_torchs_own_exceptions():
+    # CudaBackend builds without a GPU (device properties are read only when asked): its
+    # classification runs here on the exception types torch raises on a GPU.
+    backend = CudaBackend(torch.device("cuda", 0))
+    assert backend.is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                                                 "total capacity of 15.77 GiB of which 1.06 GiB is free."))
+    assert backend.is_oom(torch.cuda.OutOfMemoryError(""))  # the same class, any message
+    assert not backend.is_oom(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+    assert not backend.is_oom(torch.AcceleratorError("CUDA error: device-side assert triggered"))
 
 
 @pytest.mark.parametrize("message", NOT_OOM)
 def test_other_failures_are_not(message):
     assert not Backend(torch.device("cpu")).is_oom(RuntimeError(message))
+    assert not CudaBackend(torch.device("cuda", 0)).is_oom(RuntimeError(message))
     assert not is_library_alloc_failure(message)
+
+
+# -- issue 28: bench compare with two GPUs -----------------------------------------------------
+
+class TwoGpus:
+    """A stand-in for two GPUs' streams and events (no hardware here): each stream has its own
+    device clock; an event records its stream's time. What runs on a GPU advances its clock."""
+
+    def __init__(self):
+        self.current = 0
+        self.clock = {0: 0.0, 1: 0.0}
+        gpus = self
+
+        class Stream:
+            def __init__(self, index):
+                self.index = index
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self, stream=None):
+                stream = stream or gpus.current_stream()
+                self.at = gpus.clock[stream.index]
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1e3
+
+        self.Stream, self.Event = Stream, Event
+
+    def current_stream(self, device=None):
+        index = self.current if device is None else (device if isinstance(device, int) else device.index)
+        return self.Stream(index)
+
+    def set_device(self, device):
+        self.current = device if isinstance(device, int) else device.index
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    gpus = TwoGpus()
+    monkeypatch.setattr(torch.cuda, "Event", gpus.Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", gpus.current_stream)
+    monkeypatch.setattr(torch.cuda, "set_device", gpus.set_device)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return gpus
+
+
+def test_a_window_is_timed_on_its_own_gpu_whatever_gpu_is_current(two_gpus):
+    from bench_core.run.timing import timed_window
+    backend = CudaBackend(torch.device("cuda", 1))   # variant A on cuda:1
+    two_gpus.current = 0                            # B was opened last: cuda:0 is current
+
+    def step(mark=None):                                     # A's work: 10 ms on cuda:1's clock
+        two_gpus.clock[1] += 0.010
+    window = timed_window(step, backend, min_steps=3, min_seconds=0.0)
+    assert window.seconds == pytest.approx(0.030)
+    assert window.step_s == pytest.approx([0.010] * 3)
+
+
+def test_each_window_makes_its_own_gpu_current(two_gpus, numerics):
+    two_gpus.current = 0
+    CudaBackend(torch.device("cuda", 1)).apply_knobs(resolve_precision("fp32"), cudnn_benchmark=False)
+    assert two_gpus.current == 1  # so anything that uses the current device runs on this variant's GPU
 
 
 # -- 7. compile needs a warm-up; 8. channels_last is refused for detection ---------------------
@@ -205,7 +289,7 @@ def test_every_peak_row_parses_and_has_a_source():
     for row in rows:
         re.compile(row["gpu_pattern"])
         assert row["precision"] in set(PEAK_CLASS.values())
-        assert 0 < float(row["dense_tflops"]) < 5000
+        assert row["dense_tflops"] in ("none", "unpublished") or 0 < float(row["dense_tflops"]) < 5000
         assert re.search(r"https?://\S+$", row["source"]), row
     with open(GPU_PEAKS_CSV, newline="") as handle:  # no row lost to a stray comma or quote
         data = [line for line in handle if line.strip() and not line.startswith("#")]
@@ -223,10 +307,46 @@ def test_every_peak_row_parses_and_has_a_source():
     ("NVIDIA RTX 6000 Ada Generation", "fp32", 91.1),
     ("NVIDIA B200", "amp-bf16", 2250),
     ("Tesla V100S-PCIE-32GB", "amp-fp16", 130),
+    # issue 28
+    ("NVIDIA B200", "fp32", 75),
+    ("NVIDIA B200", "tf32", 1100),       # the per-GPU sheet (2.2 PFLOPS sparse), not the 8-GPU total / 8
+    ("NVIDIA GB200", "amp-bf16", 2500),
+    ("NVIDIA H200 NVL", "amp-bf16", 835.5),
+    ("NVIDIA H200 NVL", "fp32", 60),
+    ("NVIDIA H200", "fp32", 67),         # the SXM's row does not catch the NVL
+    ("Tesla V100-SXM3-32GB", "amp-fp16", 125),
 ])
 def test_the_filled_gaps_are_found_by_device_name(name, precision, tflops):
     peak = gpu_peak(name, precision)
     assert peak.tflops == pytest.approx(tflops) and peak.source.startswith("datasheet, dense")
+
+
+def test_every_listed_gpu_has_all_four_classes_or_says_why_not():
+    by_gpu: dict[str, dict] = {}
+    for row in gpu_peak_table():
+        classes = by_gpu.setdefault(row["gpu_pattern"], {})
+        assert row["precision"] not in classes, f"{row['gpu_pattern']} lists {row['precision']} twice"
+        classes[row["precision"]] = row["dense_tflops"]
+    for gpu, classes in by_gpu.items():
+        assert set(classes) == {"fp32", "tf32", "fp16", "bf16"}, gpu
+        assert classes["fp32"] != "none" and classes["fp16"] != "none", gpu  # every GPU listed has both
+        numbers = {k: float(v) for k, v in classes.items() if v not in ("none", "unpublished")}
+        if "fp32" in numbers:  # a tensor-core figure below the FP32 units' would be a sparse/dense or unit mix-up
+            assert all(v >= numbers["fp32"] for v in numbers.values()), gpu
+
+
+@pytest.mark.parametrize("name, precision, expected, why", [
+    ("NVIDIA A10G", "amp-bf16", None, "publishes no datasheet for the A10G"),
+    ("NVIDIA A10G", "fp32", None, "publishes no datasheet for the A10G"),
+    ("NVIDIA RTX 6000 Ada Generation", "amp-bf16", None, "only as FP8 with sparsity"),
+    ("Tesla T4", "amp-bf16", 8.1, "Turing has no bf16 tensor cores"),
+    ("Tesla V100-SXM3-32GB", "bf16", 15.7, "Volta has no bf16 tensor cores"),
+])
+def test_an_absent_figure_is_empty_or_the_fp32_peak_with_the_reason(name, precision, expected, why):
+    peak = gpu_peak(name, precision)
+    assert peak.tflops == expected and why in peak.source
+    if expected is None:
+        assert peak.source.endswith("mfu left empty")
 
 
 # -- 8. NVML process matching inside a container --------------------------------------------
@@ -245,3 +365,27 @@ def test_an_unresolvable_own_pid_counts_others_without_naming_one():
     visible = nvml.NvmlDevice(nvml=None, handle=None)
     visible._note_processes({os.getpid(), 4_000_003})
     assert visible.columns([])["noise_flags"] == "other-processes-on-device(pid 4000003)"
+
+
+def test_compare_rows_say_their_memory_includes_both_variants(numerics):
+    from test_capacity import TinyCNN  # noqa: F401 - registers test_tiny_cnn
+    from bench_core.scenarios.compare import compare
+    cfg = BenchConfig(model="test_tiny_cnn", batch_size=2, steps=2, warmup_steps=1, repeats=1, min_seconds=0,
+                      device="cpu")
+    result = compare(cfg, cfg, rounds=2)
+    for row in result.rows_a + result.rows_b:
+        assert row["status"] == "ok", row["message"]
+        assert "peak_rss_bytes, window_peak_rss_bytes include both compare variants" in row["telemetry_note"]
+
+
+def test_on_one_gpu_a_variants_peak_leaves_out_what_the_other_holds():
+    from bench_core.scenarios.compare import own_memory
+    gib = 2**30
+    row = {"status": "ok", "peak_mem_allocated_bytes": 5 * gib, "telemetry_note": None}
+    own_memory(row, other_held=2 * gib, one_device=True)  # B's weights and optimizer state sat on the GPU
+    assert row["peak_mem_allocated_bytes"] == 3 * gib
+    assert "without the other compare variant's 2048 MiB" in row["telemetry_note"]
+    assert "peak_mem_reserved_bytes, gpu_mem_used_bytes include both" in row["telemetry_note"]
+    apart = {"status": "ok", "peak_mem_allocated_bytes": 5 * gib, "telemetry_note": None}
+    own_memory(apart, other_held=2 * gib, one_device=False)  # the other variant is on another GPU
+    assert apart["peak_mem_allocated_bytes"] == 5 * gib and "reserved" not in apart["telemetry_note"]

@@ -250,6 +250,10 @@ def _validate(cfg: BenchConfig) -> None:
         raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
                                           f"(compilation and CUDA-graph capture stay out of the window), "
                                           f"got {cfg.warmup_steps}")
+    if cfg.mode == "train" and cfg.precision == "fp16" and cfg.optimizer in ("adam", "adamw"):
+        raise ConfigError("optimizer", f"{cfg.optimizer} with precision fp16 trains to NaN: its state is float16 (eps "
+                                       "1e-8 rounds to 0, the second moment underflows) and pure fp16 has no master "
+                                       "weights or loss scaling; allowed: sgd with fp16, or precision amp-fp16")
     if cfg.batch_size == MAX_BATCH and cfg.world_size > 1:
         raise ConfigError("batch_size", f"max is searched in one process; with {cfg.world_size} processes give a "
                                         "number (find it with bench find-batch on one device)")

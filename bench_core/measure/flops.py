@@ -136,10 +136,20 @@ def gpu_peak_table() -> tuple[dict, ...]:
     return tuple(csv.DictReader(lines))
 
 
+# dense_tflops other than a number: the GPU has no tensor cores for the class (the fp32 peak
+# applies: the dtype runs through fp32 math), or the vendor publishes no dense figure.
+NO_UNITS, UNPUBLISHED = "none", "unpublished"
+
+
+def _tflops(row: dict | None) -> float | None:
+    return None if row is None or row["dense_tflops"] in (NO_UNITS, UNPUBLISHED) else float(row["dense_tflops"])
+
+
 def gpu_peak(gpu_name: str, precision: str) -> Peak:
     """Dense peak from the table: the first row whose pattern matches the whole GPU name. Never
     below the fp32 row: a GPU without tensor cores for the dtype (bf16 before Ampere) still
-    computes in fp32, so its emulated rows are divided by the fp32 peak."""
+    computes in fp32, so its emulated rows are divided by the fp32 peak. A figure the vendor
+    does not publish leaves MFU empty."""
     peak_class = PEAK_CLASS.get(precision)
     if "MIG" in gpu_name:
         return Peak(None, f"'{gpu_name}' is a MIG slice: its share of the peak is unknown; mfu left empty")
@@ -150,11 +160,16 @@ def gpu_peak(gpu_name: str, precision: str) -> Peak:
     for row in rows:
         by_class.setdefault(row["precision"], row)
     own, fp32 = by_class.get(peak_class), by_class.get("fp32")
-    if own and (not fp32 or float(own["dense_tflops"]) >= float(fp32["dense_tflops"])):
-        return Peak(float(own["dense_tflops"]), f"datasheet, dense {peak_class}: {own['source']}")
-    if fp32:
-        return Peak(float(fp32["dense_tflops"]), f"the fp32 peak (no dense {peak_class} figure above it: no "
-                                                 f"{peak_class} tensor cores?): {fp32['source']}")
+    for row in (own, fp32):
+        if row is not None and row["dense_tflops"] == UNPUBLISHED:
+            return Peak(None, f"no dense {row['precision']} figure for {gpu_name}: {row['source']}; mfu left empty")
+    own_tflops, fp32_tflops = _tflops(own), _tflops(fp32)
+    if own_tflops is not None and (fp32_tflops is None or own_tflops >= fp32_tflops):
+        return Peak(own_tflops, f"datasheet, dense {peak_class}: {own['source']}")
+    if fp32_tflops is not None:
+        why = own["source"] if own is not None and own["dense_tflops"] == NO_UNITS else \
+            f"no dense {peak_class} figure above it: no {peak_class} tensor cores?"
+        return Peak(fp32_tflops, f"the fp32 peak ({why}): {fp32['source']}")
     return Peak(None, f"{gpu_name} has no dense {peak_class} peak in {GPU_PEAKS_CSV.name} "
                       f"(no {peak_class} tensor cores?); mfu left empty")
 

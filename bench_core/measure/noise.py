@@ -26,18 +26,23 @@ CLOCK_DROP_RATIO = 0.9
 
 # Clock-event reasons that mean throttling. gpu_idle, applications_clocks_setting,
 # sync_boost and display_clock_setting are states or settings, not a slowdown imposed on us.
-THROTTLING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-                      "hw_power_brake_slowdown")
+THROTTLING_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+# sw_power_cap is how a power-limited card (T4, L4, A10) runs under load: set in nearly every
+# window, at the clocks its rated power allows. A recorded condition (throttle_reasons), and
+# noise only when the clock actually fell within the window.
+POWER_CAP_REASON = "sw_power_cap"
 
 
 def noise_flags(row: dict, cfg) -> list[str]:
     """Why this row may be disturbed; the sampler's own flags (other processes) come first."""
     flags = [f for f in str(row.get("noise_flags") or "").split(";") if f]
-    throttled = [r for r in str(row.get("throttle_reasons") or "").split(";") if r in THROTTLING_REASONS]
+    low, mean = row.get("sm_clock_mhz_min"), row.get("sm_clock_mhz_mean")
+    dropped = low is not None and bool(mean) and low < CLOCK_DROP_RATIO * mean
+    throttled = [r for r in str(row.get("throttle_reasons") or "").split(";")
+                 if r in THROTTLING_REASONS or (r == POWER_CAP_REASON and dropped)]
     if throttled:
         flags.append(f"throttle({','.join(throttled)})")
-    low, mean = row.get("sm_clock_mhz_min"), row.get("sm_clock_mhz_mean")
-    if low is not None and mean and low < CLOCK_DROP_RATIO * mean:
+    if dropped:
         flags.append(f"clock-drop(min {low:.0f} < {CLOCK_DROP_RATIO} x mean {mean:.0f} MHz)")
     se = window_se(row)
     if se is not None and se > WINDOW_SE_THRESHOLD:
@@ -87,8 +92,10 @@ def noise_rules() -> list[dict]:
          "why": "a fixed step count (distributed runs) ended before the minimum duration"},
         {"flag": "clock-drop", "threshold": f"min SM clock < {CLOCK_DROP_RATIO} x mean (GPU)",
          "why": "the clock fell inside the window"},
-        {"flag": "throttle", "threshold": "any power/thermal throttle reason (GPU, NVML)",
-         "why": "the device slowed itself down"},
+        {"flag": "throttle", "threshold": "a hardware, thermal or power-brake slowdown reason (GPU, NVML); "
+                                          "sw_power_cap only with a clock drop",
+         "why": "the device slowed itself down (a power-limited card runs at its power cap under any load: "
+                "that alone is recorded in throttle_reasons, not flagged)"},
         {"flag": "other-processes-on-device", "threshold": "any foreign process on the GPU (NVML)",
          "why": "another process shared the device"},
         {"flag": "mfu-above-1", "threshold": "MFU > 1", "why": "impossible: the peak is too low; MFU is not shown"},

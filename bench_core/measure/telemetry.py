@@ -1,8 +1,9 @@
 """Telemetry over the timed window: a background thread reads counters while the steps run.
 
-NVIDIA GPUs through NVML (`nvidia-ml-py`): power, energy (total-energy counter difference; power
-integration only as fallback), utilization, SM clock, memory, temperature, clock-event reasons,
-other processes on the device. CPU: process utilization and RSS (psutil), package energy (RAPL).
+NVIDIA GPUs through NVML (`nvidia-ml-py`): energy (total-energy counter difference; power
+integration only as fallback), power (the window's mean from that counter; samples instantaneous
+where NVML has NVML_FI_DEV_POWER_INSTANT), utilization, SM clock, memory, temperature,
+clock-event reasons, other processes on the device. CPU: process utilization and RSS (psutil), package energy (RAPL).
 What cannot be read stays empty and `telemetry_note` says why; nothing here fails a run.
 """
 from __future__ import annotations
@@ -93,6 +94,8 @@ class Sampler:
             cols.update(self._gpu.columns(self._notes))
         elif self._rapl:
             cols.update(self._rapl.columns(wall_s))
+            if cols.get("power_w_mean") is not None:
+                cols["power_method"] = "rapl-counter"  # package energy / window seconds
         foreign = _foreign_cpu_flag(cpu1[1] - self._cpu0[1] - ours_s, wall_s)
         if foreign:
             cols["noise_flags"] = ";".join(f for f in (cols.get("noise_flags"), foreign) if f)
@@ -177,10 +180,15 @@ def combine_ranks(per_rank: list[dict]) -> dict:
 
     out = {k: mean(k) for k in ("power_w_mean", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
                                 "cpu_util_pct_mean")}
-    out.update({k: max(values(k), default=None) for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max")})
+    out.update({k: max(values(k), default=None)
+                for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max", WINDOW_RSS_COLUMN)
+                if k != WINDOW_RSS_COLUMN or k in _schema_columns()})
     out["sm_clock_mhz_min"] = min(values("sm_clock_mhz_min"), default=None)
     methods = set(values("energy_method"))  # the weakest method used by any rank
     out["energy_method"] = next((m for m in ("power-integration", "nvml-counter", "rapl") if m in methods), None)
+    methods = set(values("power_method"))
+    out["power_method"] = next((m for m in ("nvml-power-usage", "nvml-instant", "energy-counter", "rapl-counter")
+                                if m in methods), None)
     out.update({k: union(k) for k in ("throttle_reasons", "noise_flags")})
     out["telemetry_note"] = union("telemetry_note", sep="; ")
     return out

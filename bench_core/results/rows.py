@@ -18,7 +18,7 @@ from bench_core.config.schema import BenchConfig
 # 4: params_count
 # 5: text workloads: task, sample_unit, throughput and throughput_unit, tokens_per_s, generate's phases
 #    (ttft, prefill and decode rates, inter-token latency, output tokens, KV cache), attn_implementation,
-#    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million
+#    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million; power_method (how power_w_mean was measured)
 SCHEMA_VERSION = 5
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -123,6 +123,9 @@ _EFFICIENCY = [
     ("power_w_max", "max power of one device over the window, W (NVML)"),
     ("energy_j", "energy of one device over the window, J"),
     ("energy_method", "nvml-counter | power-integration | rapl (empty when unknown)"),
+    ("power_method", "what power_w_mean is: energy-counter (energy_j / window seconds) | nvml-instant (mean of "
+                     "NVML_FI_DEV_POWER_INSTANT samples) | nvml-power-usage (nvmlDeviceGetPowerUsage samples: a 1 s "
+                     "average on Ampere and newer, A100 excepted) | rapl-counter"),
     ("gpu_util_pct_mean", "mean GPU utilization, %"),
     ("sm_clock_mhz_mean", "mean SM clock, MHz"),
     ("sm_clock_mhz_min", "min SM clock, MHz"),

@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
+from bench_core.devices import Backend, resolve_device
 from bench_core.errors import ConfigError
 from bench_core.results.comparison import CONFIDENCE, compare_paired
 from bench_core.run.runner import Progress, Session
@@ -109,18 +110,24 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
     default_threads = torch.get_num_threads()
     sessions = {"A": Session(cfg_a, say, default_threads), "B": Session(cfg_b, say, default_threads)}
     rows = {"A": result.rows_a, "B": result.rows_b}
+    held: dict[str, int | None] = {}  # what each variant keeps on its device between windows
     try:
         for name, session in sessions.items():
             say(f"compare: building and warming up {name} ({labels['AB'.index(name)]})")
+            before = _allocated_now(session.cfg)
             if not session.open():
                 rows[name].append(session.failure)
                 result.reason = f"{name} failed to start: {session.failure['status']}: {session.failure['message']}"
                 return result
+            now = session.backend.allocated_bytes()
+            held[name] = None if now is None else max(now - (before or 0), 0)
+        one_device = sessions["A"].backend.device == sessions["B"].backend.device
         for round_index in range(rounds):
             order = "AB" if round_index % 2 == 0 else "BA"
             result.order.append(order)
             for name in order:
                 row = sessions[name].window(round_index)
+                own_memory(row, held["B" if name == "A" else "A"], one_device)
                 rows[name].append(row)
                 if row["status"] != "ok":
                     result.reason = f"{name} failed in round {round_index}: {row['status']}: {row['message']}"
@@ -139,6 +146,35 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
     result.ratio, result.ci_low, result.ci_high = estimate.ratio, estimate.low, estimate.high
     result.verdict, result.reason = estimate.verdict, estimate.reason
     return result
+
+
+def own_memory(row: dict, other_held: int | None, one_device: bool) -> None:
+    """In place: a variant's memory columns as its own. Both variants live in one process, and
+    torch's peak allocated counts every live tensor on the device: on a shared device the other
+    variant's resident bytes (weights, optimizer state, inputs, measured after it was built) are
+    subtracted. RSS, reserved (one caching allocator) and NVML's used memory cannot be split:
+    the row says they include both."""
+    if row.get("status") != "ok":
+        return
+    both = ["peak_rss_bytes", "window_peak_rss_bytes"]
+    peak = row.get("peak_mem_allocated_bytes")
+    notes = [row["telemetry_note"]] if row.get("telemetry_note") else []
+    if peak is not None and one_device:
+        both += ["peak_mem_reserved_bytes", "gpu_mem_used_bytes"]
+        if other_held:
+            row["peak_mem_allocated_bytes"] = max(peak - other_held, 0)
+            notes.append(f"peak_mem_allocated_bytes without the other compare variant's {other_held / 2**20:.0f} MiB "
+                         f"on this device")
+    notes.append(f"{', '.join(both)} include both compare variants (one process)")
+    row["telemetry_note"] = "; ".join(notes)
+
+
+def _allocated_now(cfg: BenchConfig) -> int | None:
+    """Bytes torch holds on the variant's device before it is built (None: not known yet)."""
+    try:
+        return Backend.for_device(resolve_device(cfg.device)).allocated_bytes()
+    except ConfigError:  # the session's open() reports it as its failure row
+        return None
 
 
 def parse_overrides(items: list[str] | None, where: str) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench_core import results
-from bench_core.capability import capability_table
+from bench_core.capability import capability_table, support
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import format_tf32_flags, tf32_flags
 from bench_core.launch.batch_search import find_max_batch
@@ -31,6 +31,7 @@ from bench_core.launch.dispatch import run_benchmark
 from bench_core.launch.supervisor import Child, python_command, supervise
 from bench_core.measure import environment
 from bench_core.results.rows import error_message
+from bench_core.workload.precision import resolve_precision
 
 DEFAULT_OUT = "outputs/selftest/selftest.json"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16")
@@ -126,7 +127,7 @@ def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
     checklist.run("cpu fp32 train (resnet18, 32 px)", one("train"))
     checklist.run("cpu fp32 infer (resnet18, 32 px)", one("infer"))
     checklist.run("tf32 flags readable after the runs", lambda: (True, format_tf32_flags(tf32_flags())))
-    checklist.run("cpu MFU <= 1 or empty", lambda: _mfu_ok(rows))
+    checklist.run("cpu MFU <= 1 or empty", lambda: mfu_ok(rows))
 
     def written():
         if not rows:
@@ -138,10 +139,12 @@ def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
     checklist.run("a row is written and reads back", written)
 
 
-def _mfu_ok(rows: list[dict]) -> tuple[bool, str]:
+def mfu_ok(rows: list[dict]) -> tuple[bool, str]:
+    """Every MFU in (0, 1]. An MFU above 1 is not in `mfu` (the row moves it to `mfu_rejected`
+    and leaves `mfu` empty), so the rejected value is what this checks."""
     if not rows:
         raise Skip("no rows (the runs failed)")
-    values = [r.get("mfu") for r in rows]
+    values = [r.get("mfu") if r.get("mfu_rejected") is None else r["mfu_rejected"] for r in rows]
     bad = [v for v in values if v is not None and not 0 < v <= 1]
     shown = ", ".join("empty" if v is None else f"{v:.3f}" for v in values)
     return not bad, f"mfu {shown}" + (" (an MFU above 1 means a wrong peak or FLOP count)" if bad else "")
@@ -164,7 +167,7 @@ def gpu_checks(checklist: Checklist) -> None:
     started = time.perf_counter()
     results = _run_gpu_children(count)
     for index in range(count):
-        _device_checks(checklist, f"cuda:{index}", results.get(index), time.perf_counter() - started)
+        device_checks(checklist, f"cuda:{index}", results.get(index), time.perf_counter() - started)
     checklist.run("largest-batch search (cuda:0, resnet18 32 px, each probe a fresh process)", _batch_search)
     if count < 2:
         for name in ("2-process nccl DDP run", "nccl all-reduce result"):
@@ -224,7 +227,7 @@ def _child_runs(spec_path: str, out_path: str) -> int:
     return 0
 
 
-def _device_checks(checklist: Checklist, device: str, result: dict | None, seconds: float) -> None:
+def device_checks(checklist: Checklist, device: str, result: dict | None, seconds: float) -> None:
     if not result or "error" in result:
         checklist.add(f"{device} runs", FAIL, (result or {}).get("error", "no result"), seconds)
         return
@@ -252,7 +255,7 @@ def _device_checks(checklist: Checklist, device: str, result: dict | None, secon
             checklist.add(f"{device} {what}", SKIPPED, "no run succeeded")
         return
     try:
-        ok, why = _mfu_ok(ok_rows)
+        ok, why = mfu_ok(ok_rows)
         checklist.add(f"{device} MFU <= 1", PASS if ok else FAIL, why)
     except Skip as exc:
         checklist.add(f"{device} MFU <= 1", SKIPPED, str(exc))
@@ -267,24 +270,40 @@ def _device_checks(checklist: Checklist, device: str, result: dict | None, secon
     checklist.add(f"{device} NVML handle matched", FAIL if unmatched else PASS,
                   unmatched or ("matched by PCI bus id" if any("matched by PCI" in n for n in notes) else "matched by UUID"))
     energy = [r for r in ok_rows if r.get("energy_j")]
-    checklist.add(f"{device} NVML energy measured", PASS if energy else FAIL,
-                  f"{len(energy)}/{len(ok_rows)} rows; method {energy[0]['energy_method']}" if energy
-                  else "energy_j empty in every row")
+    if not energy and any("MIG slice" in n for n in notes):
+        checklist.add(f"{device} NVML energy measured", SKIPPED,
+                      "a MIG slice: NVML measures power and energy only for the whole GPU (every slice's work)")
+    else:
+        checklist.add(f"{device} NVML energy measured", PASS if energy else FAIL,
+                      f"{len(energy)}/{len(ok_rows)} rows; method {energy[0]['energy_method']}" if energy
+                      else "energy_j empty in every row")
     flagged = [r.get("noise_flags") for r in ok_rows if FOREIGN_FLAG in (r.get("noise_flags") or "")]
     checklist.add(f"{device} no foreign-pid flag", FAIL if flagged else PASS,
                   f"{flagged[0]} (our own launcher holds no context: another process shares this GPU?)" if flagged
                   else "no other process on the device during any window")
 
 
+# The search and the DDP run use the first of these the GPU runs (bf16 fails below compute
+# capability 7.0); a GPU's support is read from its properties, with no CUDA context here.
+MIXED_PRECISIONS = ("amp-bf16", "amp-fp16", "fp32")
+
+
+def mixed_precision(device_index: int = 0) -> str:
+    import torch
+    device = torch.device("cuda", device_index)
+    return next(p for p in MIXED_PRECISIONS if support(device, resolve_precision(p)).runs)
+
+
 def _batch_search() -> tuple[bool, str]:
-    cfg = BenchConfig(**{**TINY, "device": "cuda:0", "mode": "train", "precision": "amp-bf16"})
+    cfg = BenchConfig(**{**TINY, "device": "cuda:0", "mode": "train", "precision": mixed_precision()})
     search = find_max_batch(cfg, max_batch_size=SEARCH_MAX_BATCH, start_batch_size=SEARCH_MAX_BATCH // 4,
                             isolate=True)
     return search.ok, search.summary()
 
 
 def _ddp_run() -> tuple[bool, str]:
-    cfg = BenchConfig(**{**TINY, "device": "cuda", "mode": "train", "precision": "amp-bf16", "nproc_per_node": 2})
+    cfg = BenchConfig(**{**TINY, "device": "cuda", "mode": "train", "precision": mixed_precision(),
+                         "nproc_per_node": 2})
     row = run_benchmark(cfg)[0]  # torchrun from this process, which holds no CUDA context
     if row["status"] != "ok":
         return False, f"{row['status']}: {row['message']}"
