@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from bench_core.cli import COMMANDS
 from bench_core.cli import main as bench_main
 from conftest import TINY
 
@@ -124,3 +125,18 @@ def test_help_lists_choices_says_each_default_once_and_errors_point_at_the_subco
     typo = bench_here(capsys, "run", "--batchsize", "4")
     assert typo.returncode == 2
     assert typo.stderr.strip() == "bench run: error: unrecognized arguments: --batchsize 4 (see bench run --help)"
+
+
+def test_bench_help_imports_no_command_module_and_no_torch():
+    """`bench --help` lists every command from the command table alone (issue 26: under 0.5 s)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench_core", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split()[0] for line in proc.stdout.split("COMMAND\n")[1].splitlines() if line.startswith("    ")
+              and not line.startswith("     ")]
+    assert listed == list(COMMANDS), proc.stdout
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("torch", "pandas", "numpy", "matplotlib", "papermill"))
+    assert not heavy, f"bench --help imported {heavy[:5]}"
+    commands = sorted(m for m in imported if m.startswith("bench_core.cli.") and m != "bench_core.cli.common")
+    assert not commands, f"bench --help imported command modules {commands}"

@@ -8,11 +8,11 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 from bench_core.config.schema import BenchConfig, load_yaml_mapping
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
-from bench_core.run.runner import Progress
 from bench_core.workload.precision import EmulatedPrecisionWarning
 
 
@@ -22,7 +22,7 @@ def refuse_flags(args, names: tuple[str, ...], why: str) -> None:
             raise ConfigError(name, why)
 
 
-def progress_printer(args) -> Progress | None:
+def progress_printer(args) -> Callable[[str], None] | None:
     return None if args.quiet or args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
