@@ -124,7 +124,42 @@ def test_help_lists_choices_says_each_default_once_and_errors_point_at_the_subco
     assert refused.returncode == 2 and "repeats: does not apply to find-batch" in refused.stderr
     typo = bench_here(capsys, "run", "--batchsize", "4")
     assert typo.returncode == 2
-    assert typo.stderr.strip() == "bench run: error: unrecognized arguments: --batchsize 4 (see bench run --help)"
+    assert typo.stderr.strip() == ("bench run: error: unrecognized arguments: --batchsize 4; did you mean "
+                                   "--batch-size? (see bench run --help)")
+
+
+@pytest.mark.parametrize("args, wanted", [
+    (["sweep", "params/cpu-quick.yaml", "--dryrun"], "did you mean --dry-run?"),
+    (["report", "outputs/x", "--titel", "t"], "did you mean --title?"),
+    (["diff", "a", "b", "--fail-abve", "5%"], "did you mean --fail-above?"),
+    (["find-batch", "--max-batchsize", "8"], "did you mean --max-batch-size?"),
+    (["run", "--modle", "resnet18"], "did you mean --mode or --model?"),   # both one edit away
+    (["run", "--batchsize=4", "--devcie", "cpu"], "did you mean --batch-size for --batchsize, --device for --devcie?"),
+    (["rn", "--model", "resnet18"], "unknown command 'rn'; did you mean `bench run`?"),
+    (["xyzzy"], "unknown command 'xyzzy'; commands: run, models, sysinfo, sweep"),
+])
+def test_a_typo_gets_the_fix(capsys, args, wanted):
+    proc = bench_here(capsys, *args)
+    assert proc.returncode == 2 and wanted in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["run", "params/cpu-quick.yaml"], ["run", "--config", "params/cpu-quick.yaml"],
+                                  ["run", "--config", "params/default.yaml"], ["params/default.yaml"],
+                                  ["find-batch", "--config", "params/cpu-quick.yaml"]])
+def test_a_sweep_file_given_to_a_one_configuration_command_points_at_bench_sweep(capsys, args):
+    proc = bench_here(capsys, *args)
+    name = next(a for a in args if a.endswith(".yaml"))
+    assert proc.returncode == 2, proc.stderr
+    assert f"{name} is a sweep file" in proc.stderr and f"run `bench sweep {name}`" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_settings_file_without_config_says_where_it_goes(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("model: resnet18\n")
+    proc = bench_here(capsys, "run", str(cfg))
+    assert proc.returncode == 2 and f"goes after --config: `bench run --config {cfg}`" in proc.stderr
 
 
 def test_bench_help_imports_no_command_module_and_no_torch():

@@ -14,7 +14,7 @@ import warnings
 from typing import Iterable
 
 from bench_core import __version__
-from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings
+from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings, unknown_command, unrecognized
 from bench_core.errors import (
     EXIT_BAD_INPUT,
     ConfigError,
@@ -75,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = command_in(argv)
     parser = build_parser(commands=[command] if command else [])
+    if command and command not in COMMANDS:
+        parser.error(unknown_command(command, list(COMMANDS)))
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the subcommand's parser, so the line points at its --help
-        (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        target = getattr(args, "parser", None) or parser
+        target.error(unrecognized(target, unknown, command))
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import difflib
 import json
 import sys
 from pathlib import Path
 from typing import Callable
 
 from bench_core.config.schema import BenchConfig, load_yaml_mapping
+from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
 from bench_core.workload.precision import EmulatedPrecisionWarning
@@ -61,6 +63,60 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def closest(word: str, allowed: list[str]) -> list[str]:
+    """What a typo most likely meant (difflib; argparse suggests only from Python 3.14): the best
+    match and any nearly as good (--modle: --mode or --model)."""
+    scores = {w: difflib.SequenceMatcher(None, word, w).ratio() for w in allowed}
+    best = max(scores.values(), default=0.0)
+    return [w for w in sorted(scores, key=scores.get, reverse=True) if scores[w] >= max(0.6, best - 0.1)][:3]
+
+
+def unknown_command(word: str, commands: list[str]) -> str:
+    """`bench rn`, or `bench params/x.yaml`: what was meant, if it can be told."""
+    if sweep_file(word):
+        return f"{word} is a sweep file: run `bench sweep {word}`"
+    guesses = closest(word, commands)
+    if guesses:
+        return f"unknown command {word!r}; did you mean {' or '.join(f'`bench {g}`' for g in guesses)}?"
+    return f"unknown command {word!r}; commands: {', '.join(commands)}"
+
+
+def unrecognized(parser: argparse.ArgumentParser, unknown: list[str], command: str | None) -> str:
+    """The line for arguments a command does not take, with the fix when it can be told: the flag a
+    typo meant (--batchsize: --batch-size), or `bench sweep` for a sweep file given to another command."""
+    for arg in unknown:
+        if sweep_file(arg):
+            return f"{arg} is a sweep file: run `bench sweep {arg}`"
+        if arg.endswith((".yaml", ".yml")) and any(a.dest == "config_file" for a in parser._actions):
+            return f"a file of settings goes after --config: `bench {command} --config {arg}`"
+    flags = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    typos = {arg.split("=")[0]: closest(arg.split("=")[0], flags) for arg in unknown if arg.startswith("--")}
+    guesses = [(typo, " or ".join(found)) for typo, found in typos.items() if found]
+    hint = ""
+    if len(guesses) == 1:
+        hint = f"; did you mean {guesses[0][1]}?"
+    elif guesses:
+        hint = "; did you mean " + ", ".join(f"{found} for {typo}" for typo, found in guesses) + "?"
+    return f"unrecognized arguments: {' '.join(unknown)}{hint}"
+
+
+# Keys only a sweep file (or a selector such as params/default.yaml) has: a file with one of them
+# given to a command that runs one configuration was meant for `bench sweep`.
+SWEEP_ONLY_KEYS = (set(SWEEP_KEYS) | set(SELECTOR_KEYS)) - set(BenchConfig.field_names()) - {"name", "description"}
+
+
+def sweep_file(arg: str) -> bool:
+    """Whether `arg` names a readable YAML file that is a sweep file."""
+    path = Path(arg)
+    if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
+        return False
+    try:
+        data = load_yaml_mapping(path)
+    except ConfigError:
+        return False
+    return bool(SWEEP_ONLY_KEYS & set(data))
+
+
 def config_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -90,6 +146,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
+    if SWEEP_ONLY_KEYS & set(values):
+        how = f"bench slurm {args.config_file}" if getattr(args, "command", None) == "slurm" else f"bench sweep {args.config_file}"
+        raise ConfigError("config", f"{args.config_file} is a sweep file (a grid of configurations), not the "
+                                    f"settings of one: run `{how}`")
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
