@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,30 @@ def test_bench_help_imports_no_command_module_and_no_torch():
     assert not heavy, f"bench --help imported {heavy[:5]}"
     commands = sorted(m for m in imported if m.startswith("bench_core.cli.") and m != "bench_core.cli.common")
     assert not commands, f"bench --help imported command modules {commands}"
+
+
+def test_dry_run_names_the_precision_on_every_line_and_does_not_tell_to_dry_run(tmp_path, capsys):
+    sweep = tmp_path / "two.yaml"
+    sweep.write_text("settings: {device: cpu, width: 32, height: 32, batch_size: 4}\n"
+                     "grid: {model: [resnet18], precision: [fp32, amp-bf16], mode: [train, infer]}\n")
+    proc = bench_here(capsys, "sweep", str(sweep), "--dry-run", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    first, *rest = proc.stdout.splitlines()
+    assert "--dry-run" not in first and "4 configuration(s) in 1 execution(s)" in first
+    assert "resnet18 fp32/amp-bf16 on cpu, 32x32" in rest[0]
+    listed = [line.split() for line in rest[1:]]
+    assert listed == [["fp32", "train", "batch", "4"], ["fp32", "infer", "batch", "4"],
+                      ["amp-bf16", "train", "batch", "4"], ["amp-bf16", "infer", "batch", "4"]]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_default_sweep_writes_where_the_makefile_and_readme_look(capsys):
+    """`bench sweep params/default.yaml` picks cpu-quick.yaml or gpu-standard.yaml, but its folder is outputs/default."""
+    root = Path(__file__).resolve().parents[1]
+    proc = bench_here(capsys, "sweep", str(root / "params" / "default.yaml"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].endswith(str(Path("outputs", "default").resolve()))
+    assert "its results go to outputs/default" in proc.stdout
+    makefile = (root / "Makefile").read_text()
+    assert "SWEEP    ?= params/default.yaml" in makefile and "OUT      ?= outputs/default" in makefile
+    assert "-> outputs/default/report.html" in (root / "README.md").read_text()
