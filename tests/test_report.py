@@ -490,6 +490,27 @@ def test_report_works_offline_in_a_real_browser_and_its_tables_sort(combined):
     assert len(set(_pixels(image))) > 500  # text, tables and charts: many distinct colours
 
 
+@pytest.mark.slow
+def test_report_reads_without_javascript(combined):
+    """A mail previewer runs no script: the tables are plain, and ITables' notices for an untrusted
+    notebook ("is your notebook trusted?", its logo, a lock and a help link) are not on the page."""
+    _browser_or_skip()
+    with screenshot.offline_page(combined, width=1200, height=900, scripts=False) as (page, log):
+        assert log.network == [] and log.failed == [] and log.console_errors == []
+        text = page.locator("body").inner_text()
+        for notice in ("init_notebook_mode", "trusted", "ITables", "Loading", "🔒", "ⓘ"):
+            assert notice not in text, f"{notice!r} shows without scripts"
+        assert page.locator("a[href*='itables.org']:visible, svg:visible").count() == 0  # no logo, no help link
+        assert page.locator("table.dataTable").count() == 0  # nothing was set up: these are the plain tables
+        headline = page.locator("#Headline-results").locator("xpath=following::table[not(@hidden)][1]")
+        assert headline.is_visible()
+        headers = [h.strip() for h in headline.locator("thead th").all_inner_texts()]
+        assert headers[:4] == ["machine", "model", "mode", "precision"] and "samples/s (median)" in headers
+        cells = headline.locator(f"tbody tr td:nth-child({headers.index('samples/s (median)') + 1})").all_inner_texts()
+        assert cells and all(_number(c) > 0 for c in cells), cells
+        assert page.locator("img:visible").count() >= 3  # the charts are images: they need no script
+
+
 def _number(text: str) -> float:
     return float(text.replace(",", "")) if text.strip() else float("-inf")
 
