@@ -203,3 +203,40 @@ def test_the_default_sweep_writes_where_the_makefile_and_readme_look(capsys):
     makefile = (root / "Makefile").read_text()
     assert "SWEEP    ?= params/default.yaml" in makefile and "OUT      ?= outputs/default" in makefile
     assert "-> outputs/default/report.html" in (root / "README.md").read_text()
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120, 250])
+def test_bench_models_fits_the_terminal_and_shows_every_model_and_note(capsys, monkeypatch, columns):
+    from bench_core.workload.models import model_table
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = bench_here(capsys, "models").stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= columns, out
+    assert [line.split()[0] for line in lines[1:] if not line.startswith(" ")] == [m["name"] for m in model_table()]
+    for model in model_table():
+        assert " ".join(str(model["notes"]).split()) in " ".join(out.split())  # folded, never cut
+    if columns >= 250:
+        assert len(lines) == 1 + len(model_table())  # one line a model where it fits
+
+
+def test_a_table_of_any_columns_fits_and_keeps_every_value():
+    from bench_core.cli.common import text_table
+    rows = [{"name": f"model_{i}", "params_millions": 11.7 * i, "family": "vision transformer" if i % 2 else "cnn",
+             "notes": "a long note " * (i + 3)} for i in range(4)]
+    for width in (40, 70, 200):
+        out = text_table(rows, width=width)
+        assert max(len(line) for line in out.splitlines()) <= width, out
+        for row in rows:
+            for value in row.values():
+                assert " ".join(str(value).split()) in " ".join(out.split())
+    wide = text_table(rows, width=200).splitlines()
+    assert len(wide) == 5 and wide[1].split()[:2] == ["model_0", "0.0"]
+
+
+def test_a_long_selftest_line_folds_under_its_name(capsys, monkeypatch):
+    from bench_core.cli.common import wrap_line
+    line = "  [PASS   ] tf32 flags readable after the runs: " + " ".join(f"flag_{i}=False" for i in range(30))
+    folded = wrap_line(line, indent=12, width=80).splitlines()
+    assert len(folded) > 3 and all(len(f) <= 80 for f in folded)
+    assert folded[0].startswith("  [PASS   ] tf32") and all(f.startswith(" " * 12 + "flag_") for f in folded[1:])
+    assert " ".join(" ".join(folded).split()) == " ".join(line.split())

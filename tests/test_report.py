@@ -572,3 +572,16 @@ def test_emulated_rows_are_labelled_and_their_cost_explained(dirs, tmp_path):
     notes = summary.emulation_notes(res, summary.amp_speedup_table(res))
     assert any(reason in n and "× fp32" in n and "slower" in n for n in notes), notes
     assert any("amp-fp16 was not run on cpu (4 configurations): fp16 is emulated here" in n for n in notes), notes
+
+
+def test_report_text_reads_the_same_everywhere(dirs, tmp_path):
+    """One number format per column, code in backticks shown as code, noise flags separated like words."""
+    column = [summary.num_text(v) for v in (0.00622, 0.0244, 0.5, 0.000117, 0.0099999)]
+    assert column == ["0.00622", "0.0244", "0.5", "0.000117", "0.0100"] and not any("e-" in v for v in column)
+    from bench_core.summary.html import text_html
+    assert text_html("run `bench peak <x>`") == "run <code>bench peak &lt;x&gt;</code>"
+    rows = [{**r, "noise_flags": "noisy-window(CV/sqrt(steps) 0.2 > 0.05);short-window(0.1 s < min_seconds 1)"}
+            for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    results.write_run(tmp_path, "flagged", rows)
+    flags = summary.noise_table(summary.load_results([tmp_path]))["noise_flags"]
+    assert set(flags) == {"noisy-window(CV/sqrt(steps) 0.2 > 0.05); short-window(0.1 s < min_seconds 1)"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from typing import Iterable
@@ -17,6 +18,7 @@ from bench_core import __version__
 from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings, unknown_command, unrecognized
 from bench_core.errors import (
     EXIT_BAD_INPUT,
+    EXIT_OK,
     ConfigError,
     interrupted_by,
     interrupted_exit,
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"bench {args.command}: interrupted ({interrupted_by(exc)})", file=sys.stderr)
         return interrupted_exit(exc)
+    except BrokenPipeError:  # `bench models | head`: the reader has gone, there is no one to tell
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's own advice)
+        return EXIT_OK
 
 
 if __name__ == "__main__":

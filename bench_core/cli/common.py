@@ -7,7 +7,9 @@ import dataclasses
 import datetime as dt
 import difflib
 import json
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -179,7 +181,9 @@ def format_details(row: dict) -> str:
             "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "peak_mem_allocated_bytes",
             "peak_mem_reserved_bytes", "peak_rss_bytes", "flops_per_sample", "achieved_tflops", "peak_tflops",
             "peak_source", "mfu", "energy_j", "telemetry_note", "noise_flags", "config_hash", "run_id"]
-    return "\n".join(f"  {k}: {row.get(k)}" for k in keys if row.get(k) not in (None, ""))
+    shown = {k: str(row[k]).replace(";", "; ") if k == "noise_flags" else row[k] for k in keys
+             if row.get(k) not in (None, "")}
+    return "\n".join(f"  {k}: {v}" for k, v in shown.items())
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -214,6 +218,54 @@ def format_rows(rows: list[dict]) -> str:
         extras.append(rows[0]["batch_search"])
     return head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n" + \
         ", ".join(e for e in extras if e)
+
+
+def terminal_width() -> int:
+    """Columns of the terminal ($COLUMNS, else the terminal's size, else 100 when output is not one)."""
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def wrap_line(text: str, indent: int, width: int | None = None) -> str:
+    """A long line folded to the terminal width; the lines after the first start `indent` columns in."""
+    return textwrap.fill(text, width or terminal_width(), subsequent_indent=" " * indent,
+                         break_long_words=False, break_on_hyphens=False) or text
+
+
+def text_table(rows: list[dict], width: int | None = None) -> str:
+    """Rows as aligned columns (whatever keys they have), text left and numbers right. When that is
+    wider than the terminal, the columns of prose (text with spaces, such as notes), then the last
+    columns until the rest fits, leave the table and follow each row on a line of their own
+    ("source: timm · notes: ..."), folded to the width."""
+    if not rows:
+        return ""
+    width = width or terminal_width()
+    keys = list(rows[0])
+    text = {k: ["" if r.get(k) is None else str(r.get(k)) for r in rows] for k in keys}
+    columns = keys
+    if aligned_width({k: text[k] for k in keys}) > width:
+        columns = [k for k in keys if not any(" " in v for v in text[k])] or keys[:1]
+        while len(columns) > 1 and aligned_width({k: text[k] for k in columns}) > width:
+            columns = columns[:-1]
+    below = [k for k in keys if k not in columns]
+    widths = {k: max(len(k), *(len(v) for v in text[k])) for k in columns}
+    numeric = {k: all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in rows)
+               for k in columns}
+
+    def line(values: dict) -> str:
+        return "  ".join(values[k].rjust(widths[k]) if numeric[k] else values[k].ljust(widths[k])
+                         for k in columns).rstrip()
+
+    lines = [line({k: k for k in columns})]
+    for n in range(len(rows)):
+        lines.append(line({k: text[k][n] for k in columns}))
+        extra = " · ".join(f"{k}: {text[k][n]}" for k in below if text[k][n])
+        if extra:
+            lines.append(wrap_line("    " + extra, indent=6, width=width))
+    return "\n".join(lines)
+
+
+def aligned_width(text: dict[str, list[str]]) -> int:
+    return sum(max(len(k), *(len(v) for v in values)) for k, values in text.items()) + 2 * (len(text) - 1)
 
 
 def one_line_warnings(command: str, default):

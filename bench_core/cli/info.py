@@ -7,7 +7,7 @@ import json
 import sys
 
 from bench_core.capability import capability_table
-from bench_core.cli.common import paint
+from bench_core.cli.common import paint, text_table, wrap_line
 from bench_core.config.schema import validate_device_name
 from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
@@ -23,11 +23,7 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 
 def main_models(args: argparse.Namespace) -> int:
     table = model_table()
-    if args.json:
-        print(json.dumps(table, indent=1))
-    else:
-        import pandas as pd
-        print(pd.DataFrame(table).to_string(index=False))
+    print(json.dumps(table, indent=1) if args.json else text_table(table))
     return EXIT_OK
 
 
@@ -52,8 +48,8 @@ def main_sysinfo(args: argparse.Namespace) -> int:
     print(f"\nprecisions on {device}:")
     for line in table:
         colour = {"native": "green", "emulated": "yellow"}.get(line["support"], "red")
-        level = paint(f"{line['support']:<11}", colour)
-        print(f"  {line['precision']:<9} {level} {line['reason']}")
+        text = wrap_line(f"  {line['precision']:<9} {line['support']:<11} {line['reason']}", indent=24)
+        print(text.replace(line["support"], paint(line["support"], colour), 1))
     return EXIT_OK
 
 

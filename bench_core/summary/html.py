@@ -7,6 +7,7 @@ import contextlib
 import functools
 import html
 import io
+import re
 import warnings
 
 import numpy as np
@@ -45,11 +46,16 @@ def show_html(markup: str) -> None:
 
 def note(text: str) -> None:
     """One escaped line of text (used for 'no data' and caveats)."""
-    show_html(f'<p style="color:#555"><em>{esc(text)}</em></p>')
+    show_html(f'<p style="color:#555"><em>{text_html(text)}</em></p>')
 
 
 def paragraph(text: str) -> None:
-    show_html(f"<p>{esc(text)}</p>")
+    show_html(f"<p>{text_html(text)}</p>")
+
+
+def text_html(text: str) -> str:
+    """Text escaped, with `a command` or `a_column` shown as code, as in the notebook's markdown."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
 
 
 def table_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -> str:
