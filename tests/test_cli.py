@@ -200,8 +200,10 @@ def test_the_default_sweep_writes_where_the_makefile_and_readme_look(capsys):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].endswith(str(Path("outputs", "default").resolve()))
     assert "its results go to outputs/default" in proc.stdout
-    makefile = (root / "Makefile").read_text()
-    assert "SWEEP    ?= params/default.yaml" in makefile and "OUT      ?= outputs/default" in makefile
+    for sweep, out in (([], "outputs/default"), (["SWEEP=params/tensorpix.yaml"], "outputs/tensorpix")):
+        make = subprocess.run(["make", "-n", "report", *sweep], cwd=root, capture_output=True, text=True, timeout=60)
+        command = next(line for line in make.stdout.splitlines() if " sweep " in line)
+        assert command.endswith(f"--out {out}"), make.stdout  # where bench sweep writes by itself
     assert "-> outputs/default/report.html" in (root / "README.md").read_text()
 
 
