@@ -66,7 +66,7 @@ def _free_port() -> int:
 
 
 # The notebook in JupyterLab's current tab: its kernel, and whether every code cell has run.
-NOTEBOOK = "window.jupyterapp.shell.currentWidget"
+NOTEBOOK = "window.jupyterapp?.shell?.currentWidget"  # (undefined until JupyterLab has started)
 KERNEL_IDLE = f"() => {NOTEBOOK}?.sessionContext?.session?.kernel?.status === 'idle'"
 ALL_RAN = (f"() => {NOTEBOOK}.sessionContext.session.kernel.status === 'idle' && {NOTEBOOK}.content.widgets"
            ".filter(c => c.model.type === 'code').every(c => c.model.executionCount !== null)")

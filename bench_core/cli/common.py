@@ -1,4 +1,5 @@
-"""What every `bench` subcommand shares: one-line errors, the BenchConfig flags, output flags, colour, row printing.
+"""What every `bench` subcommand shares: one-line errors (with the fix a typo meant), the BenchConfig flags,
+output flags, colour, row printing, tables and lines that fit the terminal.
 """
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import datetime as dt
 import difflib
 import json
+import os
 import shutil
 import sys
 import textwrap
@@ -149,7 +151,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
     if SWEEP_ONLY_KEYS & set(values):
-        how = f"bench slurm {args.config_file}" if getattr(args, "command", None) == "slurm" else f"bench sweep {args.config_file}"
+        how = f"bench {'slurm' if getattr(args, 'command', None) == 'slurm' else 'sweep'} {args.config_file}"
         raise ConfigError("config", f"{args.config_file} is a sweep file (a grid of configurations), not the "
                                     f"settings of one: run `{how}`")
     for name in BenchConfig.field_names():
@@ -168,7 +170,6 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def paint(text: str, colour: str, stream=None) -> str:
     """ANSI colour only on a terminal, and never when NO_COLOR is set."""
-    import os
     stream = stream or sys.stdout
     if os.environ.get("NO_COLOR") or not getattr(stream, "isatty", lambda: False)():
         return text
@@ -220,15 +221,21 @@ def format_rows(rows: list[dict]) -> str:
         ", ".join(e for e in extras if e)
 
 
-def terminal_width() -> int:
-    """Columns of the terminal ($COLUMNS, else the terminal's size, else 100 when output is not one)."""
-    return max(40, shutil.get_terminal_size((100, 24)).columns)
+def terminal_width() -> int | None:
+    """Columns to fit: $COLUMNS, else the terminal's width; None (no limit) when the output is not a
+    terminal, so a file or a pipe gets whole lines."""
+    if not os.environ.get("COLUMNS") and not sys.stdout.isatty():
+        return None
+    return max(40, shutil.get_terminal_size().columns)
 
 
 def wrap_line(text: str, indent: int, width: int | None = None) -> str:
     """A long line folded to the terminal width; the lines after the first start `indent` columns in."""
-    return textwrap.fill(text, width or terminal_width(), subsequent_indent=" " * indent,
-                         break_long_words=False, break_on_hyphens=False) or text
+    width = width or terminal_width()
+    if not width:
+        return text
+    return textwrap.fill(text, width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False) or text
 
 
 def text_table(rows: list[dict], width: int | None = None) -> str:
@@ -242,7 +249,7 @@ def text_table(rows: list[dict], width: int | None = None) -> str:
     keys = list(rows[0])
     text = {k: ["" if r.get(k) is None else str(r.get(k)) for r in rows] for k in keys}
     columns = keys
-    if aligned_width({k: text[k] for k in keys}) > width:
+    if width and aligned_width({k: text[k] for k in keys}) > width:
         columns = [k for k in keys if not any(" " in v for v in text[k])] or keys[:1]
         while len(columns) > 1 and aligned_width({k: text[k] for k in columns}) > width:
             columns = columns[:-1]
