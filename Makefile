@@ -3,8 +3,9 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
-OUT      ?= outputs/default
 SWEEP    ?= params/default.yaml
+# Where bench sweep writes that sweep by itself: outputs/<the file's name> (params/default.yaml: outputs/default).
+OUT      ?= outputs/$(basename $(notdir $(SWEEP)))
 # Passed to every pip install, e.g. PyTorch's CPU-only wheels (no CUDA libraries to download):
 #   make install PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple"
 # It applies when .venv is made: run `make clean` first to change an existing one.
@@ -17,7 +18,7 @@ ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 .PHONY: install test report report-png lab browser clean help
 help:
 	@echo "make report  - run the default sweep (CPU if no GPU) and write $(OUT)/report.html"
-	@echo "               (SWEEP=params/<name>.yaml OUT=outputs/<name> for another sweep)"
+	@echo "               (SWEEP=params/<name>.yaml for another sweep, into outputs/<name>; OUT=DIR elsewhere)"
 	@echo "make test    - run the test suite"
 	@echo "make lab     - start JupyterLab on notebooks/ (LAB_ARGS=\"--ip 0.0.0.0 --no-browser\" for a remote"
 	@echo "               machine; --allow-root is added when run as root)"

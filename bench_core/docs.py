@@ -20,7 +20,7 @@ from bench_core.config.schema import BenchConfig
 from bench_core.files import atomic_write_text
 from bench_core.results.config_summary import MACHINE_COLUMNS, SUMMARY_COLUMNS
 from bench_core.results.rows import SCHEMA_VERSION, STATUSES, schema
-from bench_core.workload.models import model_table
+from bench_core.workload.models import model_table, params_text
 from bench_core.workload.precision import ALIASES, PRECISIONS
 
 EXIT_OK, EXIT_STALE, EXIT_BAD_INPUT = 0, 1, 2
@@ -118,15 +118,6 @@ def models_reference() -> str:
     return _table(["model", "task", "default input (WxH[xD], or tokens)", "parameters", "aliases", "source",
                    "notes"], rows)
 
-
-def params_text(count: int | None) -> str:
-    """25.6M, 1.24B: a parameter count as people say it (empty when unknown)."""
-    if not count:
-        return ""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if count >= scale:
-            return f"{count / scale:.3g}{suffix}"
-    return str(count)
 
 
 def precisions_reference() -> str:

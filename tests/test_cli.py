@@ -2,9 +2,11 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from bench_core.cli import COMMANDS
 from bench_core.cli import main as bench_main
 from conftest import TINY
 
@@ -123,4 +125,124 @@ def test_help_lists_choices_says_each_default_once_and_errors_point_at_the_subco
     assert refused.returncode == 2 and "repeats: does not apply to find-batch" in refused.stderr
     typo = bench_here(capsys, "run", "--batchsize", "4")
     assert typo.returncode == 2
-    assert typo.stderr.strip() == "bench run: error: unrecognized arguments: --batchsize 4 (see bench run --help)"
+    assert typo.stderr.strip() == ("bench run: error: unrecognized arguments: --batchsize 4; did you mean "
+                                   "--batch-size? (see bench run --help)")
+
+
+@pytest.mark.parametrize("args, wanted", [
+    (["sweep", "params/cpu-quick.yaml", "--dryrun"], "did you mean --dry-run?"),
+    (["report", "outputs/x", "--titel", "t"], "did you mean --title?"),
+    (["diff", "a", "b", "--fail-abve", "5%"], "did you mean --fail-above?"),
+    (["find-batch", "--max-batchsize", "8"], "did you mean --max-batch-size?"),
+    (["run", "--modle", "resnet18"], "did you mean --mode or --model?"),   # both one edit away
+    (["run", "--batchsize=4", "--devcie", "cpu"], "did you mean --batch-size for --batchsize, --device for --devcie?"),
+    (["rn", "--model", "resnet18"], "unknown command 'rn'; did you mean `bench run`?"),
+    (["xyzzy"], "unknown command 'xyzzy'; commands: run, models, sysinfo, sweep"),
+])
+def test_a_typo_gets_the_fix(capsys, args, wanted):
+    proc = bench_here(capsys, *args)
+    assert proc.returncode == 2 and wanted in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["run", "params/cpu-quick.yaml"], ["run", "--config", "params/cpu-quick.yaml"],
+                                  ["run", "--config", "params/default.yaml"], ["params/default.yaml"],
+                                  ["find-batch", "--config", "params/cpu-quick.yaml"]])
+def test_a_sweep_file_given_to_a_one_configuration_command_points_at_bench_sweep(capsys, args):
+    proc = bench_here(capsys, *args)
+    name = next(a for a in args if a.endswith(".yaml"))
+    assert proc.returncode == 2, proc.stderr
+    assert f"{name} is a sweep file" in proc.stderr and f"run `bench sweep {name}`" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_settings_file_without_config_says_where_it_goes(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("model: resnet18\n")
+    proc = bench_here(capsys, "run", str(cfg))
+    assert proc.returncode == 2 and f"goes after --config: `bench run --config {cfg}`" in proc.stderr
+
+
+def test_bench_help_imports_no_command_module_and_no_torch():
+    """`bench --help` lists every command from the command table alone (issue 26: under 0.5 s)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench_core", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split()[0] for line in proc.stdout.split("COMMAND\n")[1].splitlines() if line.startswith("    ")
+              and not line.startswith("     ")]
+    assert listed == list(COMMANDS), proc.stdout
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("torch", "pandas", "numpy", "matplotlib", "papermill"))
+    assert not heavy, f"bench --help imported {heavy[:5]}"
+    commands = sorted(m for m in imported if m.startswith("bench_core.cli.") and m != "bench_core.cli.common")
+    assert not commands, f"bench --help imported command modules {commands}"
+
+
+def test_dry_run_names_the_precision_on_every_line_and_does_not_tell_to_dry_run(tmp_path, capsys):
+    sweep = tmp_path / "two.yaml"
+    sweep.write_text("settings: {device: cpu, width: 32, height: 32, batch_size: 4}\n"
+                     "grid: {model: [resnet18], precision: [fp32, amp-bf16], mode: [train, infer]}\n")
+    proc = bench_here(capsys, "sweep", str(sweep), "--dry-run", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    first, *rest = proc.stdout.splitlines()
+    assert "--dry-run" not in first and "4 configuration(s) in 1 execution(s)" in first
+    assert "resnet18 fp32/amp-bf16 on cpu, 32x32" in rest[0]
+    listed = [line.split() for line in rest[1:]]
+    assert listed == [["fp32", "train", "batch", "4"], ["fp32", "infer", "batch", "4"],
+                      ["amp-bf16", "train", "batch", "4"], ["amp-bf16", "infer", "batch", "4"]]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_default_sweep_writes_where_the_makefile_and_readme_look(capsys):
+    """`bench sweep params/default.yaml` picks cpu-quick.yaml or gpu-standard.yaml, but its folder is outputs/default."""
+    root = Path(__file__).resolve().parents[1]
+    proc = bench_here(capsys, "sweep", str(root / "params" / "default.yaml"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].endswith(str(Path("outputs", "default").resolve()))
+    assert "its results go to outputs/default" in proc.stdout
+    for sweep, out in (([], "outputs/default"), (["SWEEP=params/tensorpix.yaml"], "outputs/tensorpix")):
+        make = subprocess.run(["make", "-n", "report", *sweep], cwd=root, capture_output=True, text=True, timeout=60)
+        command = next(line for line in make.stdout.splitlines() if " sweep " in line)
+        assert command.endswith(f"--out {out}"), make.stdout  # where bench sweep writes by itself
+    assert "-> outputs/default/report.html" in (root / "README.md").read_text()
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120, 250, None])
+def test_bench_models_fits_the_terminal_and_shows_every_model_and_note(capsys, monkeypatch, columns):
+    """None: no COLUMNS and not a terminal (a pipe, a file): whole lines."""
+    from bench_core.workload.models import model_table
+    if columns:
+        monkeypatch.setenv("COLUMNS", str(columns))
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    out = bench_here(capsys, "models").stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= (columns or 10_000), out
+    assert [line.split()[0] for line in lines[1:] if not line.startswith(" ")] == [m["name"] for m in model_table()]
+    for model in model_table():
+        assert " ".join(str(model["notes"]).split()) in " ".join(out.split())  # folded, never cut
+    if not columns or columns >= 250:
+        assert len(lines) == 1 + len(model_table())  # one line a model where it fits
+
+
+def test_a_table_of_any_columns_fits_and_keeps_every_value():
+    from bench_core.cli.common import text_table
+    rows = [{"name": f"model_{i}", "params_millions": 11.7 * i, "family": "vision transformer" if i % 2 else "cnn",
+             "notes": "a long note " * (i + 3)} for i in range(4)]
+    for width in (40, 70, 200):
+        out = text_table(rows, width=width)
+        assert max(len(line) for line in out.splitlines()) <= width, out
+        for row in rows:
+            for value in row.values():
+                assert " ".join(str(value).split()) in " ".join(out.split())
+    wide = text_table(rows, width=200).splitlines()
+    assert len(wide) == 5 and wide[1].split()[:2] == ["model_0", "0.0"]
+
+
+def test_a_long_selftest_line_folds_under_its_name(capsys, monkeypatch):
+    from bench_core.cli.common import wrap_line
+    line = "  [PASS   ] tf32 flags readable after the runs: " + " ".join(f"flag_{i}=False" for i in range(30))
+    folded = wrap_line(line, indent=12, width=80).splitlines()
+    assert len(folded) > 3 and all(len(f) <= 80 for f in folded)
+    assert folded[0].startswith("  [PASS   ] tf32") and all(f.startswith(" " * 12 + "flag_") for f in folded[1:])
+    assert " ".join(" ".join(folded).split()) == " ".join(line.split())

@@ -334,15 +334,21 @@ NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "outputs", "build", "dist"
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> tuple[Path, str]:
-    """`pip wheel .` (no build isolation, no dependencies) and its verbose log. It builds in a copy
-    of the checkout: setuptools writes build/ and *.egg-info where it builds."""
+def wheel(tmp_path_factory) -> tuple[Path, str, str]:
+    """`pip wheel .` (no build isolation, no dependencies), its verbose log and the commit it was
+    built from. It builds in a copy of the checkout (setuptools writes build/ and *.egg-info where it
+    builds), made a git repository of one commit, as a clone is."""
     tmp = tmp_path_factory.mktemp("wheel")
     source, dist = tmp / "source", tmp / "dist"
     shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
+    git = ["git", "-C", str(source), "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-gpg-sign", "-m", "the source of the wheel"]):
+        subprocess.run([*git, *args], check=True, capture_output=True, timeout=60)
+    commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], check=True, capture_output=True, text=True,
+                            timeout=60).stdout.strip()
     # PYTHONDONTWRITEBYTECODE (set by some shells and CI images) makes setuptools warn that it
     # skips byte-compiling: a fact about the environment, not the project.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "BENCH_GIT_COMMIT")}
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "-w", str(dist), "--no-deps",
                             "--no-build-isolation", "-v", "--disable-pip-version-check"],
                            cwd=source, env=env, capture_output=True, text=True, timeout=300)
@@ -350,7 +356,7 @@ def wheel(tmp_path_factory) -> tuple[Path, str]:
     assert build.returncode == 0, log[-3000:]
     wheels = list(dist.glob("notebook_bench-*.whl"))
     assert len(wheels) == 1, wheels
-    return wheels[0], log
+    return wheels[0], log, commit
 
 
 def test_wheel_holds_every_file_of_the_package_the_notebooks_and_the_data(wheel):
@@ -399,3 +405,26 @@ def test_installed_wheel_finds_its_own_notebooks(wheel, tmp_path):
         path = Path(found[key])
         assert path == target / "bench_core" / "notebooks" / name and path.is_file(), found
 
+
+def test_rows_of_an_installed_wheel_name_the_commit_it_was_built_from(wheel, tmp_path):
+    """A wheel (what `pip install .` builds) records its commit: its rows say it, with no git
+    repository in sight; BENCH_GIT_COMMIT still overrides it (the Docker image sets it)."""
+    target = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
+                              "--disable-pip-version-check", "--target", str(target), str(wheel[0])],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    run = ("import sys\nfrom bench_core.cli import main\n"
+           "sys.exit(main(['run', '--model', 'resnet18', '--width', '32', '--height', '32', '--batch-size', '2',"
+           " '--steps', '1', '--warmup-steps', '1', '--repeats', '1', '--min-seconds', '0', '--mode', 'infer',"
+           " '--device', 'cpu', '--json']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_GIT_COMMIT"}
+    env["PYTHONPATH"] = os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])
+    for override in (None, "from-the-environment"):
+        if override:
+            env["BENCH_GIT_COMMIT"] = override
+        done = subprocess.run([sys.executable, "-S", "-c", run], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (row,) = json.loads(done.stdout)
+        assert row["status"] == "ok" and row["git_commit"] == (override or wheel[2]), row["git_commit"]

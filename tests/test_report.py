@@ -492,6 +492,27 @@ def test_report_works_offline_in_a_real_browser_and_its_tables_sort(combined):
     assert len(set(_pixels(image))) > 500  # text, tables and charts: many distinct colours
 
 
+@pytest.mark.slow
+def test_report_reads_without_javascript(combined):
+    """A mail previewer runs no script: the tables are plain, and ITables' notices for an untrusted
+    notebook ("is your notebook trusted?", its logo, a lock and a help link) are not on the page."""
+    _browser_or_skip()
+    with screenshot.offline_page(combined, width=1200, height=900, scripts=False) as (page, log):
+        assert log.network == [] and log.failed == [] and log.console_errors == []
+        text = page.locator("body").inner_text()
+        for notice in ("init_notebook_mode", "trusted", "ITables", "Loading", "🔒", "ⓘ"):
+            assert notice not in text, f"{notice!r} shows without scripts"
+        assert page.locator("a[href*='itables.org']:visible, svg:visible").count() == 0  # no logo, no help link
+        assert page.locator("table.dataTable").count() == 0  # nothing was set up: these are the plain tables
+        headline = page.locator("#Headline-results").locator("xpath=following::table[not(@hidden)][1]")
+        assert headline.is_visible()
+        headers = [h.strip() for h in headline.locator("thead th").all_inner_texts()]
+        assert headers[:4] == ["machine", "model", "mode", "precision"] and "throughput (median)" in headers
+        cells = headline.locator(f"tbody tr td:nth-child({headers.index('throughput (median)') + 1})").all_inner_texts()
+        assert cells and all(_number(c) > 0 for c in cells), cells
+        assert page.locator("img:visible").count() >= 3  # the charts are images: they need no script
+
+
 def _number(text: str) -> float:
     return float(text.replace(",", "")) if text.strip() else float("-inf")
 
@@ -553,3 +574,16 @@ def test_emulated_rows_are_labelled_and_their_cost_explained(dirs, tmp_path):
     notes = summary.emulation_notes(res, summary.amp_speedup_table(res))
     assert any(reason in n and "× fp32" in n and "slower" in n for n in notes), notes
     assert any("amp-fp16 was not run on cpu (4 configurations): fp16 is emulated here" in n for n in notes), notes
+
+
+def test_report_text_reads_the_same_everywhere(dirs, tmp_path):
+    """One number format per column, code in backticks shown as code, noise flags separated like words."""
+    column = [summary.num_text(v) for v in (0.00622, 0.0244, 0.5, 0.000117, 0.0099999)]
+    assert column == ["0.00622", "0.0244", "0.5", "0.000117", "0.0100"] and not any("e-" in v for v in column)
+    from bench_core.summary.html import text_html
+    assert text_html("run `bench peak <x>`") == "run <code>bench peak &lt;x&gt;</code>"
+    rows = [{**r, "noise_flags": "noisy-window(CV/sqrt(steps) 0.2 > 0.05);short-window(0.1 s < min_seconds 1)"}
+            for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    results.write_run(tmp_path, "flagged", rows)
+    flags = summary.noise_table(summary.load_results([tmp_path]))["noise_flags"]
+    assert set(flags) == {"noisy-window(CV/sqrt(steps) 0.2 > 0.05); short-window(0.1 s < min_seconds 1)"}

@@ -271,7 +271,7 @@ def test_dry_run_lists_the_plan_and_writes_nothing(tmp_path, capsys):
     assert cli.main(["sweep", str(path), "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "plan: 2 configuration(s) in 1 execution(s) (1 model, 1 precision, 2 modes, 1 device)" in out
-    assert "  train batch 2" in out and "  infer batch 2" in out
+    assert "  fp32 train batch 2" in out and "  fp32 infer batch 2" in out
     assert not (tmp_path / "out").exists()
 
 

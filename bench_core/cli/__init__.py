@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
+from typing import Iterable
 
 from bench_core import __version__
-from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings
+from bench_core.cli.common import EXAMPLES, OneLineParser, one_line_warnings, unknown_command, unrecognized
 from bench_core.errors import (
     EXIT_BAD_INPUT,
+    EXIT_OK,
     ConfigError,
     interrupted_by,
     interrupted_exit,
     sigterm_as_interrupt,
 )
 
-# name -> (module, one-line help). The command modules are imported when the parser is built.
+# name -> (module, one-line help). `bench --help` lists them from this table alone; a command's
+# module (and with it torch, for most) is imported only when that command runs or shows its --help.
 COMMANDS = {
     "run": ("bench_core.cli.run", "run one benchmark configuration (train or infer) and print its rows"),
     "models": ("bench_core.cli.info", "list every model: name, task, default input, notes"),
@@ -38,27 +42,47 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """`bench` with every command listed; the flags of `commands` (default: all of them) are added,
+    which imports their modules. A parser that will parse one command needs only that one's flags."""
     parser = OneLineParser(prog="bench", description="notebook-bench: honest deep-learning training and "
                            "inference benchmarks on synthetic data.", epilog=EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"notebook-bench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        adder = getattr(module, f"add_{name.replace('-', '_')}_arguments", None) or module.add_arguments
         p = sub.add_parser(name, help=help_text, description=help_text,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        adder(p)
-        p.set_defaults(handler=getattr(module, f"main_{name.replace('-', '_')}", None) or module.main, parser=p)
+        if commands is None or name in commands:
+            add_command(p, name, module_name)
     return parser
 
 
+def add_command(p: argparse.ArgumentParser, name: str, module_name: str) -> None:
+    # Imported here, not at the top: a command's own module, loaded only when that command is used.
+    module = importlib.import_module(module_name)
+    attr = name.replace("-", "_")
+    adder = getattr(module, f"add_{attr}_arguments", None) or module.add_arguments
+    adder(p)
+    p.set_defaults(handler=getattr(module, f"main_{attr}", None) or module.main, parser=p)
+
+
+def command_in(argv: list[str]) -> str | None:
+    """The command word of a `bench` command line: its first argument that is not an option
+    (`bench` itself takes no option with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = command_in(argv)
+    parser = build_parser(commands=[command] if command else [])
+    if command and command not in COMMANDS:
+        parser.error(unknown_command(command, list(COMMANDS)))
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the subcommand's parser, so the line points at its --help
-        (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        target = getattr(args, "parser", None) or parser
+        target.error(unrecognized(target, unknown, command))
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -72,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"bench {args.command}: interrupted ({interrupted_by(exc)})", file=sys.stderr)
         return interrupted_exit(exc)
+    except BrokenPipeError:  # `bench models | head`: the reader has gone, there is no one to tell
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's own advice)
+        return EXIT_OK
 
 
 if __name__ == "__main__":

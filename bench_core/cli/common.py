@@ -1,18 +1,24 @@
-"""What every `bench` subcommand shares: one-line errors, the BenchConfig flags, output flags, colour, row printing.
+"""What every `bench` subcommand shares: one-line errors (with the fix a typo meant), the BenchConfig flags,
+output flags, colour, row printing, tables and lines that fit the terminal.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import datetime as dt
+import difflib
 import json
+import os
+import shutil
 import sys
+import textwrap
 from pathlib import Path
+from typing import Callable
 
 from bench_core.config.schema import BenchConfig, load_yaml_mapping
+from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
-from bench_core.run.runner import Progress
 from bench_core.workload.precision import EmulatedPrecisionWarning
 
 
@@ -22,7 +28,7 @@ def refuse_flags(args, names: tuple[str, ...], why: str) -> None:
             raise ConfigError(name, why)
 
 
-def progress_printer(args) -> Progress | None:
+def progress_printer(args) -> Callable[[str], None] | None:
     return None if args.quiet or args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
@@ -61,6 +67,60 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def closest(word: str, allowed: list[str]) -> list[str]:
+    """What a typo most likely meant (difflib; argparse suggests only from Python 3.14): the best
+    match and any nearly as good (--modle: --mode or --model)."""
+    scores = {w: difflib.SequenceMatcher(None, word, w).ratio() for w in allowed}
+    best = max(scores.values(), default=0.0)
+    return [w for w in sorted(scores, key=scores.get, reverse=True) if scores[w] >= max(0.6, best - 0.1)][:3]
+
+
+def unknown_command(word: str, commands: list[str]) -> str:
+    """`bench rn`, or `bench params/x.yaml`: what was meant, if it can be told."""
+    if sweep_file(word):
+        return f"{word} is a sweep file: run `bench sweep {word}`"
+    guesses = closest(word, commands)
+    if guesses:
+        return f"unknown command {word!r}; did you mean {' or '.join(f'`bench {g}`' for g in guesses)}?"
+    return f"unknown command {word!r}; commands: {', '.join(commands)}"
+
+
+def unrecognized(parser: argparse.ArgumentParser, unknown: list[str], command: str | None) -> str:
+    """The line for arguments a command does not take, with the fix when it can be told: the flag a
+    typo meant (--batchsize: --batch-size), or `bench sweep` for a sweep file given to another command."""
+    for arg in unknown:
+        if sweep_file(arg):
+            return f"{arg} is a sweep file: run `bench sweep {arg}`"
+        if arg.endswith((".yaml", ".yml")) and any(a.dest == "config_file" for a in parser._actions):
+            return f"a file of settings goes after --config: `bench {command} --config {arg}`"
+    flags = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    typos = {arg.split("=")[0]: closest(arg.split("=")[0], flags) for arg in unknown if arg.startswith("--")}
+    guesses = [(typo, " or ".join(found)) for typo, found in typos.items() if found]
+    hint = ""
+    if len(guesses) == 1:
+        hint = f"; did you mean {guesses[0][1]}?"
+    elif guesses:
+        hint = "; did you mean " + ", ".join(f"{found} for {typo}" for typo, found in guesses) + "?"
+    return f"unrecognized arguments: {' '.join(unknown)}{hint}"
+
+
+# Keys only a sweep file (or a selector such as params/default.yaml) has: a file with one of them
+# given to a command that runs one configuration was meant for `bench sweep`.
+SWEEP_ONLY_KEYS = (set(SWEEP_KEYS) | set(SELECTOR_KEYS)) - set(BenchConfig.field_names()) - {"name", "description"}
+
+
+def sweep_file(arg: str) -> bool:
+    """Whether `arg` names a readable YAML file that is a sweep file."""
+    path = Path(arg)
+    if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
+        return False
+    try:
+        data = load_yaml_mapping(path)
+    except ConfigError:
+        return False
+    return bool(SWEEP_ONLY_KEYS & set(data))
+
+
 def config_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -90,6 +150,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
+    if SWEEP_ONLY_KEYS & set(values):
+        how = f"bench {'slurm' if getattr(args, 'command', None) == 'slurm' else 'sweep'} {args.config_file}"
+        raise ConfigError("config", f"{args.config_file} is a sweep file (a grid of configurations), not the "
+                                    f"settings of one: run `{how}`")
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
@@ -106,7 +170,6 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def paint(text: str, colour: str, stream=None) -> str:
     """ANSI colour only on a terminal, and never when NO_COLOR is set."""
-    import os
     stream = stream or sys.stdout
     if os.environ.get("NO_COLOR") or not getattr(stream, "isatty", lambda: False)():
         return text
@@ -119,7 +182,9 @@ def format_details(row: dict) -> str:
             "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "peak_mem_allocated_bytes",
             "peak_mem_reserved_bytes", "peak_rss_bytes", "flops_per_sample", "achieved_tflops", "peak_tflops",
             "peak_source", "mfu", "energy_j", "telemetry_note", "noise_flags", "config_hash", "run_id"]
-    return "\n".join(f"  {k}: {row.get(k)}" for k in keys if row.get(k) not in (None, ""))
+    shown = {k: str(row[k]).replace(";", "; ") if k == "noise_flags" else row[k] for k in keys
+             if row.get(k) not in (None, "")}
+    return "\n".join(f"  {k}: {v}" for k, v in shown.items())
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -157,6 +222,61 @@ def format_rows(rows: list[dict]) -> str:
         extras.append(rows[0]["batch_search"])
     return head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n" + \
         ", ".join(e for e in extras if e)
+
+
+def terminal_width() -> int | None:
+    """Columns to fit: $COLUMNS, else the terminal's width; None (no limit) when the output is not a
+    terminal, so a file or a pipe gets whole lines."""
+    if not os.environ.get("COLUMNS") and not sys.stdout.isatty():
+        return None
+    return max(40, shutil.get_terminal_size().columns)
+
+
+def wrap_line(text: str, indent: int, width: int | None = None) -> str:
+    """A long line folded to the terminal width; the lines after the first start `indent` columns in."""
+    width = width or terminal_width()
+    if not width:
+        return text
+    return textwrap.fill(text, width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False) or text
+
+
+def text_table(rows: list[dict], width: int | None = None, prose: tuple[str, ...] | None = None) -> str:
+    """Rows as aligned columns (whatever keys they have), text left and numbers right. When that is
+    wider than the terminal, the columns of prose (`prose`, or else text with spaces, such as notes),
+    then the last columns until the rest fits, leave the table and follow each row on a line of their
+    own ("source: timm · notes: ..."), folded to the width."""
+    if not rows:
+        return ""
+    width = width or terminal_width()
+    keys = list(rows[0])
+    text = {k: ["" if r.get(k) is None else str(r.get(k)) for r in rows] for k in keys}
+    columns = keys
+    if width and aligned_width({k: text[k] for k in keys}) > width:
+        columns = [k for k in keys if (k not in prose if prose is not None else not any(" " in v for v in text[k]))]
+        columns = columns or keys[:1]
+        while len(columns) > 1 and aligned_width({k: text[k] for k in columns}) > width:
+            columns = columns[:-1]
+    below = [k for k in keys if k not in columns]
+    widths = {k: max(len(k), *(len(v) for v in text[k])) for k in columns}
+    numeric = {k: all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in rows)
+               for k in columns}
+
+    def line(values: dict) -> str:
+        return "  ".join(values[k].rjust(widths[k]) if numeric[k] else values[k].ljust(widths[k])
+                         for k in columns).rstrip()
+
+    lines = [line({k: k for k in columns})]
+    for n in range(len(rows)):
+        lines.append(line({k: text[k][n] for k in columns}))
+        extra = " · ".join(f"{k}: {text[k][n]}" for k in below if text[k][n])
+        if extra:
+            lines.append(wrap_line("    " + extra, indent=6, width=width))
+    return "\n".join(lines)
+
+
+def aligned_width(text: dict[str, list[str]]) -> int:
+    return sum(max(len(k), *(len(v) for v in values)) for k, values in text.items()) + 2 * (len(text) - 1)
 
 
 def one_line_warnings(command: str, default):

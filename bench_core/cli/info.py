@@ -7,13 +7,13 @@ import json
 import sys
 
 from bench_core.capability import capability_table
-from bench_core.cli.common import paint
+from bench_core.cli.common import paint, text_table, wrap_line
 from bench_core.config.schema import validate_device_name
 from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.measure import environment
 from bench_core.measure.flops import PEAK_CLASS, cache_path, cpu_peak, peak_for
-from bench_core.workload.models import model_table
+from bench_core.workload.models import model_table, params_text
 from bench_core.workload.precision import resolve_precision
 
 
@@ -23,11 +23,8 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
 
 def main_models(args: argparse.Namespace) -> int:
     table = model_table()
-    if args.json:
-        print(json.dumps(table, indent=1))
-    else:
-        import pandas as pd
-        print(pd.DataFrame(table).to_string(index=False))
+    shown = [{**row, "params": params_text(row["params"])} for row in table]
+    print(json.dumps(table, indent=1) if args.json else text_table(shown, prose=("aliases", "source", "notes")))
     return EXIT_OK
 
 
@@ -52,8 +49,8 @@ def main_sysinfo(args: argparse.Namespace) -> int:
     print(f"\nprecisions on {device}:")
     for line in table:
         colour = {"native": "green", "emulated": "yellow"}.get(line["support"], "red")
-        level = paint(f"{line['support']:<11}", colour)
-        print(f"  {line['precision']:<9} {level} {line['reason']}")
+        text = wrap_line(f"  {line['precision']:<9} {line['support']:<11} {line['reason']}", indent=24)
+        print(text.replace(line["support"], paint(line["support"], colour), 1))
     return EXIT_OK
 
 

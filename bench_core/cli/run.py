@@ -16,6 +16,7 @@ from bench_core.cli.common import (
     format_details,
     format_rows,
     paint,
+    progress_printer,
 )
 from bench_core.devices import check_runnable
 from bench_core.errors import (
@@ -52,9 +53,8 @@ def main(args: argparse.Namespace) -> int:
         check_writable(args.out)  # before measuring: a run that cannot be saved does not start
     if cfg.profile and args.out:  # profiles next to the rows
         os.environ.setdefault("BENCH_PROFILE_DIR", str(Path(args.out) / "profiles"))
-    progress = None if args.quiet or args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
-        rows = run_benchmark(cfg, progress=progress)
+        rows = run_benchmark(cfg, progress=progress_printer(args))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the repeats that finished
         rows = getattr(exc, "rows", None) or [failure_row(
             {**run_fields(cfg), **environment.collect()}, "interrupted",

@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from bench_core.cli.common import paint
+from bench_core.cli.common import paint, wrap_line
 from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.files import atomic_write_text
 from bench_core.scenarios.selftest import (
@@ -39,7 +39,8 @@ examples:
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     started = dt.datetime.now(dt.timezone.utc)
-    checklist = Checklist(say=lambda line: print(line, flush=True))
+    # "  [PASS   ] name: reason": a long reason folds under the name, not under the status
+    checklist = Checklist(say=lambda line: print(wrap_line(line, indent=12), flush=True))
     print(paint("bench selftest", "bold"), flush=True)
     print_capability_table()
     cpu_checks(checklist, out.parent / "rows")

@@ -47,7 +47,8 @@ examples:
 exit status: 0 every configuration ok (or unsupported), 1 a configuration failed, 2 bad input,
 130 interrupted."""
     p.add_argument("file", metavar="FILE", help="sweep file (params/*.yaml)")
-    p.add_argument("--out", metavar="DIR", help="output directory (default: outputs/<name>)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: outputs/<name>; for a selector such as "
+                   "params/default.yaml, outputs/<its file name>)")
     p.add_argument("--force", action="store_true", help="re-run configurations that are already complete")
     p.add_argument("--runs", type=int, metavar="N",
                    help="separate runs (processes) of each configuration, each in its own run folder; bench diff "
@@ -66,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     if args.runs is not None:
         plan = with_runs(plan, args.runs)
     template = find_template(args.template)
-    out_dir = Path(args.out or Path("outputs") / plan.name).resolve()
+    out_dir = Path(args.out or Path("outputs") / plan.out_name).resolve()
     if args.dry_run:
         return dry_run(plan, out_dir)
     check_writable(out_dir)  # before anything runs: a sweep that cannot save its rows does not start

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -22,11 +23,20 @@ def _version(dist: str) -> str | None:
         return None
 
 
+# Written by the build (setup.py) into an installed package: the commit it was built from.
+BUILD_RECORD = Path(__file__).resolve().parents[1] / "data" / "build.json"
+
+
 @functools.cache
 def git_commit() -> str:
-    """The project's commit: BENCH_GIT_COMMIT (set in the Docker image), else git, else unknown."""
+    """The project's commit: BENCH_GIT_COMMIT (set in the Docker image), else the one a built package
+    recorded, else git (a checkout, an editable install), else unknown."""
     if os.environ.get("BENCH_GIT_COMMIT"):
         return os.environ["BENCH_GIT_COMMIT"]
+    try:
+        return json.loads(BUILD_RECORD.read_text())["git_commit"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not a built package (or an unreadable record): ask git
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],

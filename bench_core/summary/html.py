@@ -7,6 +7,7 @@ import contextlib
 import functools
 import html
 import io
+import re
 import warnings
 
 import numpy as np
@@ -45,11 +46,16 @@ def show_html(markup: str) -> None:
 
 def note(text: str) -> None:
     """One escaped line of text (used for 'no data' and caveats)."""
-    show_html(f'<p style="color:#555"><em>{esc(text)}</em></p>')
+    show_html(f'<p style="color:#555"><em>{text_html(text)}</em></p>')
 
 
 def paragraph(text: str) -> None:
-    show_html(f"<p>{esc(text)}</p>")
+    show_html(f"<p>{text_html(text)}</p>")
+
+
+def text_html(text: str) -> str:
+    """Text escaped, with `a command` or `a_column` shown as code, as in the notebook's markdown."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
 
 
 def table_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -> str:
@@ -86,8 +92,19 @@ def show_table(table: pd.DataFrame, columns: dict[str, str] | None = None) -> No
 
 def init_tables() -> None:
     """Embed the table library (DataTables, shipped in itables) in the notebook once, before any table:
-    every table after it sorts and filters in the browser, with nothing loaded from the network."""
-    init_notebook_mode(all_interactive=False, connected=False)
+    every table after it sorts and filters in the browser, with nothing loaded from the network.
+
+    ITables (2.9.1, and its main branch) displays its dark-theme script before the library that
+    script awaits (`window._itables_<version>`). A page that has both outputs before any script
+    runs (the HTML report) does not mind; JupyterLab runs each output's scripts as the output
+    arrives, so the script found no library yet and the page raised "Cannot destructure property
+    'set_or_remove_dark_class' ... as it is undefined". The same two outputs are shown here with the
+    library first."""
+    from IPython.utils.capture import capture_output
+    with capture_output(stdout=False, stderr=False) as shown:
+        init_notebook_mode(all_interactive=False, connected=False)
+    for output in sorted(shown.outputs, key=lambda o: "set_or_remove_dark_class" in o.data.get("text/html", "")):
+        output.display()
 
 
 def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -> str:

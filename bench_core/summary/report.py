@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,12 @@ TEMPLATE = "offline"
 # A chart is shown as PNG and SVG: the report embeds the PNG (smaller, and the same pixels everywhere).
 DISPLAY_PRIORITY = ["text/html", "text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/plain"]
 CELL_TIMEOUT_S = 600
+# What ITables writes for a notebook whose scripts do not run: "This is the init_notebook_mode cell
+# ... is your notebook trusted?" with its logo, a lock in each table's first header (both in
+# <noscript>), and a link to its help page beside them. A report read where no script runs (a mail
+# previewer) shows the tables' static previews without them; where scripts run, none of it shows.
+NOSCRIPT = re.compile(r"<noscript>.*?</noscript>", re.DOTALL | re.IGNORECASE)
+PREVIEW_HELP_LINK = re.compile(r"<sup>\s*<a href=\"?https://itables\.org/[^>]*>\s*ⓘ\s*</a>\s*</sup>")
 
 
 class ReportError(RuntimeError):
@@ -90,6 +97,17 @@ def write_html(executed_notebook: Path, out_html: Path, title: str = "") -> Path
     exporter.embed_images = True
     exporter.register_preprocessor(TagRemovePreprocessor(config=config), enabled=True)
     notebook = nbformat.read(executed_notebook, as_version=4)
+    drop_notebook_notices(notebook)
     body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title or DEFAULT_TITLE}})
     atomic_write_text(out_html, body)
     return out_html
+
+
+def drop_notebook_notices(notebook) -> None:
+    """Remove ITables' notices for an untrusted notebook from every HTML output (see NOSCRIPT)."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            markup = output.get("data", {}).get("text/html")
+            if markup:
+                markup = "".join(markup) if isinstance(markup, list) else markup
+                output["data"]["text/html"] = PREVIEW_HELP_LINK.sub("", NOSCRIPT.sub("", markup))

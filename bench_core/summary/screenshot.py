@@ -48,9 +48,11 @@ def chromium() -> str | None:
 
 
 @contextlib.contextmanager
-def offline_page(report: Path, width: int = WIDTH, height: int = HEIGHT) -> Iterator[tuple[object, PageLog]]:
+def offline_page(report: Path, width: int = WIDTH, height: int = HEIGHT,
+                 scripts: bool = True) -> Iterator[tuple[object, PageLog]]:
     """The report opened in headless Chromium, offline, every network request refused, its tables
-    set up; yields (playwright page, PageLog)."""
+    set up; yields (playwright page, PageLog). `scripts=False` opens it as a mail previewer does:
+    no script runs, the tables are their static previews."""
     from playwright.sync_api import (
         sync_playwright,  # a test extra, needed only by this tool
     )
@@ -59,7 +61,8 @@ def offline_page(report: Path, width: int = WIDTH, height: int = HEIGHT) -> Iter
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox", "--disable-gpu"])
         try:
-            context = browser.new_context(viewport={"width": width, "height": height}, offline=True)
+            context = browser.new_context(viewport={"width": width, "height": height}, offline=True,
+                                          java_script_enabled=scripts)
             context.route(NETWORK, lambda route: route.abort("internetdisconnected"))
             page = context.new_page()
             page.on("request", lambda request: log.requests.append(request.url))
@@ -68,7 +71,8 @@ def offline_page(report: Path, width: int = WIDTH, height: int = HEIGHT) -> Iter
                     if message.type == "error" else None)
             page.on("pageerror", lambda error: log.console_errors.append(str(error)))
             page.goto(Path(report).resolve().as_uri(), wait_until="load")
-            page.wait_for_function(TABLES_READY, timeout=READY_TIMEOUT_MS)
+            if scripts:
+                page.wait_for_function(TABLES_READY, timeout=READY_TIMEOUT_MS)
             yield page, log
         finally:
             browser.close()

@@ -224,6 +224,7 @@ def noise_table(res: Results) -> pd.DataFrame:
     """Successful rows whose measurement may have been disturbed, with the reasons recorded in the row."""
     rows = res.ok
     flagged = rows[rows["noise_flags"].notna() & (rows["noise_flags"].astype(str).str.strip() != "")]
+    flagged = flagged.assign(noise_flags=flagged["noise_flags"].astype(str).str.replace(";", "; "))  # as read
     return flagged[["machine", "config", "repeat", "noise_flags", "step_time_cv"]]
 
 

@@ -13,7 +13,8 @@ def wrap_text(text: str, width: int = 28) -> str:
 
 
 def num_text(value) -> str:
-    """A number as a person reads it: 22,551 / 367.3 / 1.56 / 0.000117."""
+    """A number as a person reads it: 22,551 / 367.3 / 1.56 / 0.0244 / 0.000117 (3 significant digits
+    below 100, in plain decimals down to a millionth)."""
     if value is None or isinstance(value, str):
         return value or ""
     try:
@@ -31,6 +32,9 @@ def num_text(value) -> str:
         return f"{v:.1f}"
     if a >= 0.01:
         return f"{v:.3g}"
+    if a >= 1e-6:  # 0.00622, not 6.22e-03 beside 0.0244 in the same column
+        rounded = abs(float(f"{v:.3g}"))  # 0.0099999 -> 0.0100
+        return f"{v:.{2 - math.floor(math.log10(rounded))}f}"
     return f"{v:.2e}"
 
 

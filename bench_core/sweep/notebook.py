@@ -274,6 +274,9 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+STEP_CHART_WIDTH_IN = 8.0
+
+
 def plot_step_times(rows: list[dict]):
     """Per-step time of every timed window, one panel per configuration; the first (cold) step
     and the mean warm-up step drawn beside it, since rows keep no per-step warm-up times."""
@@ -282,9 +285,12 @@ def plot_step_times(rows: list[dict]):
     if not groups:
         print("No timed window to plot (no configuration finished with status ok).")
         return None
+    from matplotlib.ticker import MaxNLocator
     cols = min(len(groups), 2)
     nrows = math.ceil(len(groups) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.3 * nrows), squeeze=False)
+    # JupyterLab shows the SVG at its own size, not shrunk to the output area: 8 inches (768 px)
+    # fits the output area of a laptop's browser window beside the file browser.
+    fig, axes = plt.subplots(nrows, cols, figsize=(min(5.2 * cols, STEP_CHART_WIDTH_IN), 3.3 * nrows), squeeze=False)
     for ax, group in zip(axes.flat, groups):
         first = group[0]
         offset = 0
@@ -302,6 +308,7 @@ def plot_step_times(rows: list[dict]):
         if warm:
             ax.axhline(warm, color="grey", linestyle="--", linewidth=1, label="mean warm-up step (untimed)")
         ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("step (timed windows of all repeats, in order)")
         ax.set_ylabel("step time, ms (log)")
         ax.set_title(f"{first.get('model')} {first.get('mode')} {first.get('precision')} "

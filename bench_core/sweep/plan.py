@@ -62,6 +62,11 @@ class SweepPlan:
     notes: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
     runs: int = 1                       # separate runs of each configuration (runs: N)
+    folder: str = ""                    # its folder under outputs/: the name, or a selector's own file name
+
+    @property
+    def out_name(self) -> str:
+        return self.folder or self.name
 
     @property
     def measurements(self) -> int:
@@ -84,17 +89,21 @@ def load_sweep(path: str | Path) -> SweepPlan:
     """Read, select (`use:`) and validate a sweep file; ConfigError on any problem."""
     path = Path(path)
     data = load_yaml_mapping(path, "sweep")
-    notes = []
+    notes, folder = [], ""
     if "use" in data:
+        # The results of `bench sweep params/default.yaml` go to outputs/default on every machine,
+        # whichever file it selected there (the README, the Makefile and the Docker image say so).
         check_known_keys(data, list(SELECTOR_KEYS), where=f"sweep selector {path.name}")
         choice, chosen = _select(data["use"], path)
-        notes.append(f"{path.name} selected {chosen.name} ({choice})")
+        folder = path.stem
+        notes.append(f"{path.name} selected {chosen.name} ({choice}); its results go to outputs/{folder} unless --out "
+                     "says otherwise")
         path = chosen
         data = load_yaml_mapping(path, "sweep")
         if "use" in data:
             raise ConfigError("use", f"{path.name} is itself a selector; point `use` at a sweep file")
     plan = parse_sweep(data, default_name=path.stem)
-    plan.text, plan.source, plan.notes = path.read_text(), str(path), notes + plan.notes
+    plan.text, plan.source, plan.notes, plan.folder = path.read_text(), str(path), notes + plan.notes, folder
     return plan
 
 
@@ -268,27 +277,29 @@ def estimate_seconds(plan: SweepPlan) -> float:
     return total
 
 
-def plan_summary(plan: SweepPlan) -> str:
-    """The one line a sweep prints before it starts."""
+def plan_summary(plan: SweepPlan, listed: bool = False) -> str:
+    """The one line a sweep prints before it starts (`listed`: the dry run, which lists them below it)."""
     seen = {k: unique(getattr(c, k) for c in plan.configs) for k in ("model", "precision", "mode", "device")}
     parts = ", ".join(f"{len(v)} {k}{'s' if len(v) > 1 else ''}" for k, v in seen.items())
     minutes = estimate_seconds(plan) / 60
     runs = f", each in {plan.runs} separate runs" if plan.runs > 1 else ""
+    where = "" if listed else "; bench sweep --dry-run lists them"
     return (f"plan: {len(plan.configs)} configuration(s){runs} in {len(plan.executions)} execution(s) ({parts}); "
-            f"about {minutes:.1f} min (an estimate; bench sweep --dry-run lists them)")
+            f"about {minutes:.1f} min (an estimate{where})")
 
 
 def dry_run(plan: SweepPlan, out_dir: Path) -> int:
     """Print every execution and its configurations; run and write nothing."""
-    print(f"bench sweep: {plan_summary(plan)}; output would go to {out_dir}")
+    print(f"bench sweep: {plan_summary(plan, listed=True)}; output would go to {out_dir}")
     for note in plan.notes:
         print(f"note: {note}")
     for execution in plan.executions:
         first = execution.configs[0]
-        print(f"{execution.run_name}: {first.model} {first.precision} on {first.device}, {describe(first)['input']}"
-              f", repeats {first.repeats}, min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
-        for cfg in execution.configs:
-            print(f"  {cfg.mode:<5} batch {cfg.batch_size}")
+        print(f"{execution.run_name}: {execution.label}, {describe(first)['input']}, repeats {first.repeats}, "
+              f"min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
+        width = max(len(c.precision) for c in execution.configs)
+        for cfg in execution.configs:  # one configuration a line: its precision, mode and batch size
+            print(f"  {cfg.precision:<{width}} {cfg.mode:<5} batch {cfg.batch_size}")
     return EXIT_OK
 
 

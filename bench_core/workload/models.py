@@ -67,6 +67,16 @@ def parameter_count(name: str) -> int:
         return count_parameters(spec.build(defaults))
 
 
+def params_text(count: int | None) -> str:
+    """25.6M, 1.24B: a parameter count as people say it (empty when unknown)."""
+    if not count:
+        return ""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return str(count)
+
+
 def model_table() -> list[dict]:
     """What `bench models` prints: every built-in model with its task, default input and parameters."""
     rows = [{"name": spec.name, "task": spec.task.name, "default_input": spec.task.default_input(spec),
