@@ -16,6 +16,8 @@ from bench_core.config.schema import BenchConfig
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
 #    tf32_flags, nccl_version
 # 4: params_count
+# next (issue 29, not yet numbered): slurm_job_id, slurm_array_task_id, slurm_node, slurm_restart_count,
+#    slurm_exclusive
 SCHEMA_VERSION = 4
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -123,6 +125,12 @@ _ENVIRONMENT = [
     ("cpu_dtype_flags", "the CPU's bf16/fp16 ISA flags (avx512_bf16, amx_bf16, avx512_fp16, ...)"),
     ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set"),
     ("project_version", "notebook-bench version"), ("git_commit", "project commit"),
+    ("slurm_job_id", "SLURM job id (of the array, for an array task); empty outside SLURM"),
+    ("slurm_array_task_id", "SLURM array task id (bench slurm: one task per sweep execution)"),
+    ("slurm_node", "SLURM node the row's writer ran on (rank_devices names every rank's host)"),
+    ("slurm_restart_count", "times SLURM requeued the job (preemption, scontrol requeue) before this row"),
+    ("slurm_exclusive", "true: the job had its nodes alone (bench slurm's default); false: it shared them "
+                        "(bench slurm --share), so other jobs may have disturbed it; empty: not known"),
 ]
 
 
