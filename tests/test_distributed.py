@@ -185,6 +185,21 @@ def test_sweep_file_gives_one_configuration_per_combination_with_its_own_shape(t
         slurm.job_configs(_slurm_args(str(sweep), "--gpus-per-node", "4"))
 
 
+def test_a_pinned_gpu_with_several_tasks_per_node_is_refused(tmp_path):
+    # issue 28, defect 11: every task would open the same GPU (NCCL: "Duplicate GPU detected"),
+    # as the torchrun path refuses it
+    from bench_core.launch import slurm
+    with pytest.raises(ConfigError, match="device: cuda:0 pins one GPU for every task; with 2 tasks per node"):
+        slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:0", "--gpus-per-node", "2"))
+    with pytest.raises(ConfigError, match="device: cuda:1 pins one GPU"):
+        slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:1", "--nproc-per-node", "2"))
+    with pytest.raises(ConfigError, match="cuda:3 is not among the 1 GPU"):
+        slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:3"))
+    (one,) = slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:1", "--gpus-per-node", "2",
+                                           "--nproc-per-node", "1"))
+    assert (one.device, one.nproc_per_node) == ("cuda:1", 1)
+
+
 def test_slurm_times_gres_and_rendezvous_are_read_as_slurm_writes_them():
     from bench_core.launch import slurm
     assert [slurm.minutes(t) for t in ("30", "00:10:00", "1:30", "2-00:00:00", "1-12", "UNLIMITED")] == \

@@ -274,6 +274,7 @@ def job_id_of(stdout: str) -> str:
     (["--device", "cuda", "--gpus-per-node", "2"], "gpus_per_node: 2 GPU(s) per node requested; partition debug's "
                                                     "nodes have at most 0"),
     (["--device", "cpu", "--nproc-per-node", "64"], "nproc_per_node: 64 tasks per node requested"),
+    (["--device", "cuda:1", "--gpus-per-node", "2"], "device: cuda:1 pins one GPU for every task"),
 ])
 def test_a_submission_the_cluster_cannot_run_is_one_line_and_submits_nothing(cluster, tmp_path, monkeypatch, capsys,
                                                                               argv, expected):

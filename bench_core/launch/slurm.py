@@ -90,6 +90,14 @@ def shaped(values: dict, explicit: set, gpus_per_node: int | None, nodes: int | 
         raise ConfigError("nproc_per_node", f"{cfg.nproc_per_node} exceeds --gpus-per-node {gpus_per_node}")
     if cfg.device == "mps":
         raise ConfigError("device", "mps is a single Apple GPU, not a SLURM node; allowed: cuda, cuda:N, cpu")
+    if ":" in cfg.device and cfg.nproc_per_node > 1:
+        # Every task would open the same GPU; NCCL stops with "Duplicate GPU detected".
+        raise ConfigError("device", f"{cfg.device} pins one GPU for every task; with {cfg.nproc_per_node} tasks per "
+                                    "node use cuda (task i gets GPU i)")
+    if ":" in cfg.device and int(cfg.device.split(":")[1]) >= max(cfg.nproc_per_node, gpus_per_node or 0):
+        gpus = max(cfg.nproc_per_node, gpus_per_node or 0)
+        raise ConfigError("device", f"{cfg.device} is not among the {gpus} GPU(s) the job gets (SLURM numbers a "
+                                    f"job's GPUs from 0); allowed: cuda, cuda:0 .. cuda:{gpus - 1}")
     return cfg
 
 
