@@ -323,6 +323,10 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
         found = json.loads(outcome_path.read_text())
         return Outcome(found["status"], found.get("message", ""))
     except (OSError, ValueError, KeyError):
+        if outcome.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM):
+            # Stopped from outside, not crashed: SLURM (scancel, requeue, a time limit) signals every
+            # process of a job at once, and the child can end before this process's own SIGTERM lands.
+            return Outcome("interrupted", INTERRUPTED)
         return Outcome("crashed", f"the papermill process exited with status {outcome.returncode} without an "
                                   f"outcome (see {run_dir / 'papermill.log'})")
 
