@@ -227,7 +227,9 @@ def test_scancel_of_a_shared_array_leaves_interrupted_rows_and_whole_files(clust
     report = subprocess.run([sys.executable, "-m", "bench_core", "report", str(out)], capture_output=True, text=True,
                             env=cluster.env)
     assert report.returncode == 0, report.stderr[-2000:]
-    assert (out / "report.html").is_file() and "did not match its run files" not in report.stderr
+    assert "did not match its run files" not in report.stderr
+    html = (out / "report.html").read_text()
+    assert "slurm_job_id" in html and "slurm_exclusive" in html  # the report's environment table names the job
 
 
 # -- one configuration on two tasks: DDP with the rendezvous from SLURM ------------------------

@@ -41,7 +41,7 @@ ENVIRONMENT_FIELDS = [
     "gpu_compute_capability", "driver_version", "cuda_version", "cudnn_version", "cpu_model", "cpu_count",
     "threads", "torch_threads", "os", "python_version", "torch_version", "torchvision_version", "timm_version",
     "smp_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "dist_backend",
-    "rank_devices", "result_dir",
+    "rank_devices", "slurm_job_id", "slurm_node", "slurm_exclusive", "result_dir",
 ]
 
 
