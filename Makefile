@@ -15,11 +15,12 @@ LAB_ARGS ?=
 # Jupyter refuses to start as root (containers, cloud machines) unless told it is on purpose.
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: install test report report-png lab browser clean help
+.PHONY: install test report report-png lab browser slurm clean help
 help:
 	@echo "make report  - run the default sweep (CPU if no GPU) and write $(OUT)/report.html"
 	@echo "               (SWEEP=params/<name>.yaml for another sweep, into outputs/<name>; OUT=DIR elsewhere)"
-	@echo "make test    - run the test suite"
+	@echo "make test    - run the test suite (as root it installs chromium, slurm-wlm and munge when missing,"
+	@echo "               for the browser and SLURM tests; otherwise those tests are skipped)"
 	@echo "make lab     - start JupyterLab on notebooks/ (LAB_ARGS=\"--ip 0.0.0.0 --no-browser\" for a remote"
 	@echo "               machine; --allow-root is added when run as root)"
 	@echo "make install - create $(VENV) and install the project (the three above do it on first use);"
@@ -42,7 +43,18 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
 	  echo "chromium not installed: the browser screenshot test will be skipped"
 
-test: install browser
+# The SLURM tests start a real one-node cluster (munged, slurmctld, slurmd from Debian's packages) as
+# root. policy-rc.d keeps apt from starting the packages' own services: the tests run their own daemons.
+slurm:
+	@{ command -v slurmctld && command -v slurmd && command -v munged; } >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    { made=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && \
+	        chmod +x /usr/sbin/policy-rc.d && made=1; }; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+	      status=$$?; [ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d; [ $$status = 0 ]; } ; } || \
+	  echo "slurm-wlm and munge not installed (needs root and apt-get): the SLURM tests will be skipped"
+
+test: install browser slurm
 	$(BIN)/python -m pytest
 
 report: install

@@ -1,5 +1,5 @@
 """Many devices, many machines: gloo DDP through torchrun on CPU, two torchruns acting as two
-nodes, submitit's local executor, and failures that end in bounded time with the worker's
+nodes, what bench slurm asks SLURM for, and failures that end in bounded time with the worker's
 own error and no process left behind."""
 import json
 import os
@@ -166,50 +166,84 @@ def test_a_stuck_run_is_killed_at_the_launch_limit_leaving_no_process(tmp_path, 
     assert not _leftovers(tmp_path)
 
 
-# -- SLURM through submitit ------------------------------------------------------------------
-
-TINY_FLAGS = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--steps", "2",
-              "--warmup-steps", "1", "--repeats", "1", "--min-seconds", "0", "--device", "cpu"]
-
-
-@pytest.mark.slow
-def test_submitit_local_path_writes_results_in_the_usual_layout(tmp_path, capsys):
-    code = cli.main(["slurm", "--cluster", "local", *TINY_FLAGS, "--gpus-per-node", "2", "--time", "5",
-                     "--out", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "submitted job" in out and "images/s" in out
-    (row,) = list(results.iter_rows(tmp_path))
-    assert row["status"] == "ok" and row["world_size"] == 2 and row["global_batch_size"] == 4
-    assert (tmp_path / "results.csv").exists() and len(list(tmp_path.glob("runs/*/rows.json"))) == 1
-    assert not _leftovers(tmp_path)
-
+# -- SLURM: what bench slurm asks for (tests/test_slurm_cluster.py runs it on a real cluster) ---------
 
 def _slurm_args(*argv):
     return cli.build_parser().parse_args(["slurm", *argv])
 
 
-def test_sweep_file_gives_one_job_per_combination_with_its_own_shape(tmp_path):
+def test_sweep_file_gives_one_configuration_per_combination_with_its_own_shape(tmp_path):
     from bench_core.launch import slurm
     sweep = tmp_path / "s.yaml"
     sweep.write_text("name: s\ngrid:\n  nproc_per_node: [1, 2, 8]\nsettings:\n  model: resnet18\n  width: 32\n")
-    configs = slurm.job_configs(_slurm_args(str(sweep), "--nodes", "2", "--gpus-per-node", "8"), "slurm")
-    assert [(c.nnodes, c.nproc_per_node) for c in configs] == [(2, 1), (2, 2), (2, 8)]
-    (flags_only,) = slurm.job_configs(_slurm_args("--model", "resnet18", "--gpus-per-node", "4"), "slurm")
-    assert (flags_only.nnodes, flags_only.nproc_per_node) == (1, 4)
+    configs = slurm.job_configs(_slurm_args(str(sweep), "--nodes", "2", "--gpus-per-node", "8"))
+    assert [(c.nnodes, c.nproc_per_node, c.device) for c in configs] == [(2, 1, "cuda"), (2, 2, "cuda"), (2, 8, "cuda")]
+    assert [slurm.JobShape.of(c).gpus_per_node for c in configs] == [1, 2, 8]
+    (flags_only,) = slurm.job_configs(_slurm_args("--model", "resnet18", "--gpus-per-node", "4", "--device", "cpu"))
+    assert (flags_only.nnodes, flags_only.nproc_per_node, slurm.JobShape.of(flags_only).gpus_per_node) == (1, 4, 0)
     with pytest.raises(ConfigError, match="exceeds --gpus-per-node 4"):
-        slurm.job_configs(_slurm_args(str(sweep), "--gpus-per-node", "4"), "slurm")
-    with pytest.raises(ConfigError, match="one node"):
-        slurm.job_configs(_slurm_args("--model", "resnet18", "--nodes", "2"), "local")
+        slurm.job_configs(_slurm_args(str(sweep), "--gpus-per-node", "4"))
+
+
+def test_a_pinned_gpu_with_several_tasks_per_node_is_refused(tmp_path):
+    # issue 28, defect 11: every task would open the same GPU (NCCL: "Duplicate GPU detected"),
+    # as the torchrun path refuses it
+    from bench_core.launch import slurm
+    with pytest.raises(ConfigError, match="device: cuda:0 pins one GPU for every task; with 2 tasks per node"):
+        slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:0", "--gpus-per-node", "2"))
+    with pytest.raises(ConfigError, match="device: cuda:1 pins one GPU"):
+        slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:1", "--nproc-per-node", "2"))
+    with pytest.raises(ConfigError, match="cuda:3 is not among the 1 GPU"):
+        slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:3"))
+    (one,) = slurm.job_configs(_slurm_args("--model", "resnet18", "--device", "cuda:1", "--gpus-per-node", "2",
+                                           "--nproc-per-node", "1"))
+    assert (one.device, one.nproc_per_node) == ("cuda:1", 1)
+
+
+def test_slurm_times_gres_and_rendezvous_are_read_as_slurm_writes_them():
+    from bench_core.launch import slurm
+    assert [slurm.minutes(t) for t in ("30", "00:10:00", "1:30", "2-00:00:00", "1-12", "UNLIMITED")] == \
+        [30, 10, 1.5, 2880, 2160, None]
+    assert [slurm.gpu_count(g) for g in ("(null)", "gpu:8", "gpu:a100:4(S:0-1),shard:8", "gpu:a:2,gpu:b:2")] == \
+        [0, 8, 4, 4]
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "8",
+           "MASTER_ADDR": "node01", "MASTER_PORT": "29512"}
+    assert slurm.rendezvous(env, tiny(nproc_per_node=8), port_offset=2) == {
+        "RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "node01",
+        "MASTER_PORT": "29514"}
+
+
+def test_rows_name_the_slurm_job_they_were_made_in():
+    from bench_core.measure import environment
+    assert environment.slurm_job({}) == {}
+    assert environment.slurm_job({"SLURM_JOB_ID": "41", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "1",
+                                  "SLURMD_NODENAME": "gpu07", "SLURM_RESTART_COUNT": "2",
+                                  environment.SLURM_EXCLUSIVE_ENV: "0"}) == {
+        "slurm_job_id": "40", "slurm_array_task_id": 1, "slurm_node": "gpu07", "slurm_restart_count": 2,
+        "slurm_exclusive": False}
+    row = {"slurm_job_id": "7", "slurm_exclusive": True}
+    assert set(row) <= set(results.columns())
+
+
+def test_dry_run_without_slurm_prints_the_sbatch_script_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no sbatch here
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("name: s\ngrid:\n  model: [resnet18, vgg16]\n  nproc_per_node: [1, 2]\nsettings:\n  width: 32\n")
+    assert cli.main(["slurm", str(sweep), "--dry-run", "--share", "--partition", "gpu", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "job array 1 of 2: 2 task(s), 1 node(s) x 1 GPU(s) each" in out
+    assert "job array 2 of 2: 2 task(s), 1 node(s) x 2 GPU(s) each" in out
+    assert "#SBATCH --gpus-per-node=2" in out and "#SBATCH --partition=gpu" in out and "--exclusive" not in out
+    assert "export BENCH_SLURM_EXCLUSIVE=0" in out and "not checked against a cluster: no sbatch here" in out
+    assert not (tmp_path / "o").exists()
+    assert cli.main(["slurm", str(sweep), "--out", str(tmp_path / "o")]) == 2
+    assert "slurm: SLURM not found here (no sbatch, scontrol, sinfo)" in capsys.readouterr().err
 
 
 def test_slurm_bad_input_is_one_line_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("grid:\n  nproc_per_nod: [1, 2]\n")
-    assert cli.main(["slurm", str(bad), "--cluster", "local"]) == 2
+    assert cli.main(["slurm", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nproc_per_nod" in err and "did you mean 'nproc_per_node'" in err
-    if not __import__("shutil").which("srun"):
-        assert cli.main(["slurm", "--model", "resnet18"]) == 2
-        assert "--cluster local" in capsys.readouterr().err
-    assert not (tmp_path / "slurm").exists()
+    assert not (tmp_path / "o").exists()

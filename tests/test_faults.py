@@ -211,6 +211,29 @@ def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes
     assert (table["model"] == "resnet18").all() and table["host"].notna().all()  # failure rows say where
 
 
+STOPPED_FROM_OUTSIDE = """# SIGTERM to the papermill process only, as SLURM's scancel or requeue reaches every process of a
+# job at once and that process can end before the sweep's own handler runs
+import os, signal
+os.kill(os.getppid(), signal.SIGTERM)"""
+
+
+@pytest.mark.slow
+def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed(tmp_path):
+    nb = nbformat.read(find_template(), as_version=4)
+    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(STOPPED_FROM_OUTSIDE))
+    template = tmp_path / "stopped.ipynb"
+    nbformat.write(nb, template)
+    sweep = write_sweep(tmp_path / "stopped.yaml", {"seed": [0]})
+    out = tmp_path / "out"
+    (run_dir,) = run_dirs(out, sweep)
+    done = bench_sweep(str(sweep), "--out", str(out), "--template", str(template))
+    assert done.returncode == 1, done.stderr[-2000:]
+    (row,) = results.read_run(run_dir)
+    assert row["status"] == "interrupted" and "SIGTERM" in row["message"]
+    assert wait_until_gone(tmp_path) == []
+
+
 # -- bad input, exhaustively ----------------------------------------------------------------------
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**12), st.text(max_size=12),

@@ -33,7 +33,7 @@ COMMANDS = {
     "sysinfo": ("bench_core.cli.info", "print the environment fingerprint and which precisions run natively"),
     "sweep": ("bench_core.cli.sweep", "run a params/*.yaml sweep through the notebook template (papermill)"),
     "report": ("bench_core.cli.report", "render the summary notebook and HTML report of result directories"),
-    "slurm": ("bench_core.cli.slurm", "submit a sweep or run to SLURM through submitit"),
+    "slurm": ("bench_core.cli.slurm", "submit a sweep or run to SLURM as job arrays (one task per execution)"),
     "peak": ("bench_core.cli.info", "measure this CPU's peak FLOP/s per precision (for MFU), cached per machine"),
     "find-batch": ("bench_core.cli.find_batch", "find the largest per-device batch size that fits"),
     "compare": ("bench_core.cli.compare", "run two variants interleaved (A B A B) and give a verdict"),

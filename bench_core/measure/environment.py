@@ -74,6 +74,25 @@ def nccl_version() -> str | None:
     return str(version)
 
 
+# Set by bench slurm's batch script: 1 when the job has its nodes alone (--exclusive), 0 when
+# it shares them (--share). Unset: not a bench slurm job, so not known.
+SLURM_EXCLUSIVE_ENV = "BENCH_SLURM_EXCLUSIVE"
+
+
+def slurm_job(environ=os.environ) -> dict:
+    """The SLURM job this process runs in (nothing outside SLURM): job id, array task, node,
+    how often SLURM requeued it, and whether it had its node alone."""
+    job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID")
+    if not job:
+        return {}
+    task, restarts = environ.get("SLURM_ARRAY_TASK_ID"), environ.get("SLURM_RESTART_COUNT")
+    return {"slurm_job_id": job,
+            "slurm_array_task_id": int(task) if task and task.isdigit() else None,
+            "slurm_node": environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            "slurm_restart_count": int(restarts) if restarts and restarts.isdigit() else 0,
+            "slurm_exclusive": {"1": True, "0": False}.get(environ.get(SLURM_EXCLUSIVE_ENV, ""))}
+
+
 def collect(device: torch.device | None = None) -> dict:
     """Flat, JSON-ready description of host, software and (if given) the device."""
     cuda = torch.cuda.is_available()
@@ -97,6 +116,7 @@ def collect(device: torch.device | None = None) -> dict:
         "project_version": __version__,
         "git_commit": git_commit(),
         **cpu_facts().describe(),
+        **slurm_job(),
     }
     if device is not None and device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

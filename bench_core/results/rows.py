@@ -18,7 +18,9 @@ from bench_core.config.schema import BenchConfig
 # 4: params_count
 # 5: text workloads: task, sample_unit, throughput and throughput_unit, tokens_per_s, generate's phases
 #    (ttft, prefill and decode rates, inter-token latency, output tokens, KV cache), attn_implementation,
-#    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million; power_method (how power_w_mean was measured)
+#    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million; power_method (how
+#    power_w_mean was measured); slurm_job_id, slurm_array_task_id, slurm_node, slurm_restart_count,
+#    slurm_exclusive (rows run under SLURM)
 SCHEMA_VERSION = 5
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -170,6 +172,12 @@ _ENVIRONMENT = [
     ("cpu_dtype_flags", "the CPU's bf16/fp16 ISA flags (avx512_bf16, amx_bf16, avx512_fp16, ...)"),
     ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set"),
     ("project_version", "notebook-bench version"), ("git_commit", "project commit"),
+    ("slurm_job_id", "SLURM job id (of the array, for an array task); empty outside SLURM"),
+    ("slurm_array_task_id", "SLURM array task id (bench slurm: one task per sweep execution)"),
+    ("slurm_node", "SLURM node the row's writer ran on (rank_devices names every rank's host)"),
+    ("slurm_restart_count", "times SLURM requeued the job (preemption, scontrol requeue) before this row"),
+    ("slurm_exclusive", "true: the job had its nodes alone (bench slurm's default); false: it shared them "
+                        "(bench slurm --share), so other jobs may have disturbed it; empty: not known"),
 ]
 
 

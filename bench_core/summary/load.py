@@ -43,8 +43,8 @@ ENVIRONMENT_FIELDS = [
     "host", "device_type", "device_name", "device_count", "gpu_name", "gpu_count", "gpu_memory_bytes",
     "gpu_compute_capability", "driver_version", "cuda_version", "cudnn_version", "cpu_model", "cpu_count",
     "threads", "torch_threads", "os", "python_version", "torch_version", "torchvision_version", "timm_version",
-    "smp_version", "transformers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "dist_backend",
-    "rank_devices", "result_dir",
+    "smp_version", "transformers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled",
+    "dist_backend", "rank_devices", "slurm_job_id", "slurm_node", "slurm_exclusive", "result_dir",
 ]
 
 

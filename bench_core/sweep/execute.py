@@ -150,7 +150,15 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     for note in plan.notes:
         print(f"bench sweep: {note}", file=sys.stderr)
     print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
+    return run_executions(plan, out_dir, template, force, kernel, progress, env)
 
+
+def run_executions(plan: SweepPlan, out_dir: Path, template: Path, force: bool = False, kernel: str = "python3",
+                   progress: Progress | None = None, env: dict | None = None) -> tuple[int, str]:
+    """The executions of the plan, resumed (complete ones skipped), into out_dir; the sweep's own
+    files (sweep.yaml, plan.json) are the caller's. A SLURM array task runs its one execution here.
+    `env`: the environment failure rows carry (collected here when not given)."""
+    env = env if env is not None else environment.collect(resolve_device(plan.configs[0].device))
     tally = Tally()
     started = time.perf_counter()
     progress = progress or Progress()
@@ -315,6 +323,10 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
         found = json.loads(outcome_path.read_text())
         return Outcome(found["status"], found.get("message", ""))
     except (OSError, ValueError, KeyError):
+        if outcome.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM):
+            # Stopped from outside, not crashed: SLURM (scancel, requeue, a time limit) signals every
+            # process of a job at once, and the child can end before this process's own SIGTERM lands.
+            return Outcome("interrupted", INTERRUPTED)
         return Outcome("crashed", f"the papermill process exited with status {outcome.returncode} without an "
                                   f"outcome (see {run_dir / 'papermill.log'})")
 

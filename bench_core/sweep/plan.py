@@ -246,9 +246,18 @@ def _run_name(configs: list[BenchConfig]) -> str:
 
     first = configs[0]
     digest = hashlib.sha256(" ".join(sorted(c.config_hash() for c in configs)).encode()).hexdigest()[:8]
-    device = str(resolve_device(first.device))
+    device = _device_label(first.device)
     precisions = "-".join(unique(c.precision for c in configs))
     return safe_name(f"{device}-{first.model}-{precisions}-{digest}")
+
+
+def _device_label(name: str) -> str:
+    """The device a run folder is named for: as resolved here (cuda -> cuda:0), or as written when
+    this machine lacks it (bench slurm plans executions for the cluster's nodes)."""
+    try:
+        return str(resolve_device(name))
+    except ConfigError:
+        return name
 
 
 def unique(values) -> list:
