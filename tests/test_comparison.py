@@ -21,6 +21,7 @@ from bench_core.results.comparison import (
     compare_rows,
     compare_samples,
 )
+from bench_core.summary.effects import compare_variants
 
 TRIALS = 400
 NOISE = 0.03  # 3 % run-to-run noise (sigma of log throughput)
@@ -163,8 +164,8 @@ def test_runs_are_the_samples_when_both_sides_have_several():
     assert halved.verdict == "slower" and halved.high < 1 and halved.regressed(0.05)
 
 
-def test_sides_measured_in_the_same_runs_share_the_shift():
-    """fp32 against amp-bf16 in one execution: the run's shift is common to both, so no stated shift
+def test_sides_measured_in_one_process_share_the_shift():
+    """fp32 against amp-bf16 in one process: the run's shift is common to both, so no stated shift
     is added and a tight 10 % difference is a finding; a GPU's stated shift is smaller than a CPU's."""
     fast, slow = [100.0, 101.0, 99.5], [90.0, 90.5, 89.8]
     found = compare_rows(rows([fast], "r"), rows([slow], "r"))
@@ -261,3 +262,19 @@ def test_the_detectable_slowdown_is_caught_about_as_often_as_it_says():
     one_run = gate_trials(1, 0.0, 1.0, 5, seed=16)
     floor = 1 - math.exp(-(1.96 + 1.645) * RUN_SHIFT["cpu"] * math.sqrt(2))
     assert all(c.detectable(0.05) >= floor - 1e-9 for c in one_run)  # one run cannot claim to see finer
+
+
+def test_the_report_adds_the_run_shift_between_machines_not_between_precisions_of_one_process():
+    """A sweep measures fp32 and amp-bf16 of one model in one process: a tight 10 % gap is a finding.
+    Two machines are two processes: the same gap from one run each is within the stated shift."""
+    fast, slow = [100.0, 101.0, 99.5], [110.0, 110.5, 109.8]
+
+    def frame(column, values):
+        return pd.DataFrame([{"model": "m", column: value, "run_id": f"run-{value}", "samples_per_s": v,
+                              "device_type": "cpu", "noise_flags": None}
+                             for value, samples in zip(values, (fast, slow)) for v in samples])
+    precision = compare_variants(frame("precision", ["fp32", "amp-bf16"]), "precision", "fp32", keys=["model"])
+    machines = compare_variants(frame("machine", ["a", "b"]), "machine", "a", keys=["model"])
+    assert precision["verdict"].tolist() == ["faster"] and precision["unit"].tolist() == [SAME_RUNS]
+    assert machines["verdict"].tolist() == ["no clear difference"] and machines["unit"].tolist() == [ONE_RUN]
+    assert precision["ratio"].tolist() == pytest.approx(machines["ratio"].tolist())

@@ -54,8 +54,9 @@ METHOD_TEXT = (
     f"of {RUN_SHIFT['cpu']:.0%} of a run's throughput on CPU and MPS, {RUN_SHIFT['cuda']:.0%} on CUDA "
     "(conservative: read as the largest of many configurations, 10-15 % between two runs is a spread "
     "of 3-5 % a run), so one run a side only calls large changes, and bench diff says how large "
-    "(its detectable slowdown). Two sides measured in the same runs (a precision against fp32 in one "
-    "process) share the shift and get no such term. "
+    "(its detectable slowdown). Two sides measured in one process (the precisions, compile modes and "
+    "layouts of one model share a sweep's execution) share the shift and get no such term; machines "
+    "and device counts are separate processes and get it. "
     "Only undisturbed measurements are judged: repeats flagged other-processes-on-cpu, "
     "other-processes-on-device, throttle, clock-drop or unstable-repeats are left out, and when too "
     "few are left for an interval the verdict is 'disturbed: re-measure', never faster or slower. "
@@ -231,7 +232,7 @@ def join(*parts: str) -> str:
 
 
 ONE_RUN = "repeats, 1 run"        # a side has one run: the interval adds the stated run shift
-SAME_RUNS = "repeats, same runs"  # both sides measured in the same runs (one process): the shift is shared
+SAME_RUNS = "repeats, one process"  # both sides measured in one process: the run shift is shared
 
 def run_shift(device_types) -> float:
     """The stated run shift for rows of these device types: the largest that applies."""
@@ -263,9 +264,9 @@ def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str 
       are left for an interval the verdict is DISTURBED, never faster or slower.
     - With 2 or more runs on both sides each run's geometric mean is one sample, so the interval
       measures how much a whole run shifts from one process to the next.
-    - Otherwise the repeats are the samples. When the sides ran in separate runs (`separate_runs`;
-      None: unless both have the same run ids), the interval adds the stated RUN_SHIFT of their
-      `device` type, which one run a side cannot measure."""
+    - Otherwise the repeats are the samples. When the sides ran in separate processes
+      (`separate_runs`; None: unless both have the same run ids), the interval adds the stated
+      RUN_SHIFT of their `device` type, which one run a side cannot measure."""
     kept, left_out, flags = [], [], []
     for rows in (baseline, candidate):
         names = rows[disturbed].map(flag_names) if disturbed in rows else pd.Series([()] * len(rows), index=rows.index)
