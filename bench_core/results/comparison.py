@@ -234,6 +234,7 @@ def join(*parts: str) -> str:
 ONE_RUN = "repeats, 1 run"        # a side has one run: the interval adds the stated run shift
 SAME_RUNS = "repeats, one process"  # both sides measured in one process: the run shift is shared
 
+
 def run_shift(device_types) -> float:
     """The stated run shift for rows of these device types: the largest that applies."""
     found = {str(t) for t in device_types if isinstance(t, str) and t}
@@ -269,7 +270,8 @@ def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str 
       RUN_SHIFT of their `device` type, which one run a side cannot measure."""
     kept, left_out, flags = [], [], []
     for rows in (baseline, candidate):
-        names = rows[disturbed].map(flag_names) if disturbed in rows else pd.Series([()] * len(rows), index=rows.index)
+        names = (rows[disturbed].map(flag_names) if disturbed in rows
+                 else pd.Series([()] * len(rows), index=rows.index, dtype=object))
         hit = names.map(bool)
         kept.append(rows[~hit])
         left_out.append(int(hit.sum()))
