@@ -9,11 +9,12 @@ Each trial runs three sweeps of the sweep file, one after the other, each into i
 Exit 3 ('disturbed: re-measure') is counted apart: it is neither a pass nor a detection, and on a
 quiet machine it should not happen. Run it on a quiet machine: nothing else running.
 
-    .venv/bin/python benchmarks/gate_trial.py --trials 20                  # about 1.7 h on 2 cores
+    .venv/bin/python benchmarks/gate_trial.py --trials 20                  # about 2 h on a quiet 2-core CPU
     .venv/bin/python benchmarks/gate_trial.py --trials 2 --out /tmp/trial  # a check that it works
 
-It prints one line per trial and then the rates, with the command, the CPU and the time taken, and
-writes them to OUT/trials.json.
+A trial is three sweeps of params/ci-gate.yaml (its dry run estimates 1.7 min each on 2 cores; on a
+busy 2-core VM they took 4.5 min) and two diffs. It prints one line per trial and then the rates,
+with the command, the CPU and the time taken, and writes them to OUT/trials.json.
 """
 from __future__ import annotations
 
