@@ -30,6 +30,9 @@ class Terminated(KeyboardInterrupt):
 # are written); 2 bad input (one line on stderr, nothing written); 130 interrupted by Ctrl-C
 # (SIGINT), 143 by SIGTERM (128 + the signal, as a shell reports it).
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+# `bench diff` only: no regression found, but a configuration's measurements were disturbed (other
+# processes, throttling, unstable repeats) so it was not judged: re-measure, don't pass or fail on it.
+EXIT_DISTURBED = 3
 
 
 def interrupted_exit(exc: KeyboardInterrupt) -> int:

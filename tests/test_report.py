@@ -45,6 +45,9 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
     for extra in configs:
         rows = run_benchmark(BenchConfig(**TINY, **extra))
         assert rows and all(r["status"] == "ok" for r in rows), rows[0]["message"]
+        # Comparisons judge only undisturbed repeats, and these get flagged by whatever else runs here
+        # (the other test worker): cleared, so the ratios below are judged; the disturbed test sets its own.
+        rows = [dict(r, noise_flags=None) for r in rows]
         results.write_run(cpu, rows[0]["run_id"], rows)
         real_rows += rows
 
@@ -228,6 +231,22 @@ def test_a_single_repeat_says_too_few_repeats_instead_of_a_bare_ratio(dirs, tmp_
         part = _section(html, anchor)
         assert "(too few repeats for an interval)" in part and not re.search(INTERVAL, part), anchor
     assert "Too few repeats for an interval in every comparison here" in _section(html, "Machines-side-by-side")
+
+
+def test_a_comparison_resting_on_disturbed_repeats_says_disturbed_re_measure(dirs, tmp_path):
+    """Issue 27: the report's comparisons say what bench diff says. The other machine's rows all carry
+    a foreign-process flag: no ratio, no verdict, 'disturbed: re-measure', and the section names them."""
+    rows = [r for run in sorted((dirs["gpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    results.write_run(tmp_path / "gpu", "busy", [dict(r, noise_flags="other-processes-on-cpu(0.94 cores)")
+                                                 for r in rows])
+    res = summary.load_results([dirs["cpu"], tmp_path / "gpu"])
+    table, per_machine, _, _ = summary.relative_speed(res)
+    assert set(table["verdict"]) == {"disturbed: re-measure"} and table["ratio"].isna().all()
+    assert set(table["text"]) == {"disturbed: re-measure"}
+    assert per_machine["summary"].iloc[0] == "disturbed (re-measure) in 5 of 5 configurations"
+    html = build_report([dirs["cpu"], tmp_path / "gpu"], tmp_path / "report.html").read_text()
+    machines = _section(html, "Machines-side-by-side")
+    assert "Disturbed, re-measure (not judged, not drawn" in machines and not re.search(INTERVAL, machines)
 
 
 def test_compile_and_channels_last_are_compared_where_both_variants_ran(dirs, tmp_path):

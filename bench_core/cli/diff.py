@@ -1,4 +1,5 @@
-"""`bench diff OLD NEW`: two result directories compared configuration by configuration; exit 1 on a regression.
+"""`bench diff OLD NEW`: two result directories compared configuration by configuration; exit 1 on a
+regression, 3 when a configuration's measurements were too disturbed to judge.
 """
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
+from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.files import atomic_write_text, check_writable
-from bench_core.results.comparison import MIN_EFFECT
+from bench_core.results.comparison import MIN_EFFECT, POWER, RUN_SHIFT
 from bench_core.summary.diff import FAIL_ABOVE, diff_results
 
 
@@ -27,20 +28,32 @@ def fraction(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = """Compares OLD and NEW configuration by configuration (same model, mode, precision, batch size,
-input, processes, compile and channels_last on the same kind of device): samples/s of each (geometric means),
-new/old as a ratio of geometric means with a 95% t-interval (Welch, on log throughput), and a
-verdict: faster / slower (the interval excludes 1 and the change is at least --min-effect) or no
-clear difference; too few repeats (under 2) gives no interval. Configurations in only one
-directory are listed as added / removed, failed ones with their status. Above the table: the
-environment fields that differ (torch, CUDA, driver, git commit, host, CPU/GPU, threads ...).
-Reads DIR/results.csv and writes nothing unless asked (--html).
+    shifts = ", ".join(f"{share:.0%} on {kind}" for kind, share in RUN_SHIFT.items())
+    p.epilog = f"""Compares OLD and NEW configuration by configuration (same model, mode, precision, batch size,
+input, processes, compile and channels_last on the same kind of device): samples/s of each (the
+geometric mean over runs of each run's undisturbed repeats), new/old as a ratio of geometric means
+with a 95% t-interval (Welch, on log throughput), and a verdict: faster / slower (the interval
+excludes 1 and the change is at least --min-effect) or no clear difference; too few repeats (under
+2) gives no interval.
+Runs: with 2 or more runs a side (bench sweep params/ci-gate.yaml, or --runs N) the runs are the
+samples. One run cannot measure how far a whole run shifts from the next, so with one run a side
+the interval adds a stated shift ({shifts})
+and only large changes are called. The 'detectable slowdown' column is the smallest slowdown each
+comparison would call {POWER:.0%} of the time at its noise: 'no regression' means none above it.
+Disturbed: repeats flagged other-processes-on-cpu, other-processes-on-device, throttle, clock-drop
+or unstable-repeats are left out; with too few left the verdict is 'disturbed: re-measure'.
+Configurations in only one directory are listed as added / removed, failed ones with their status.
+Above the table: the environment fields that differ (torch, CUDA, driver, git commit, host,
+CPU/GPU, threads ...). Reads DIR/results.csv and writes nothing unless asked (--html).
 examples:
-  bench diff outputs/main outputs/my-branch
+  bench sweep params/ci-gate.yaml --out outputs/new --no-report     # each configuration in 5 runs
+  bench diff outputs/main outputs/new
   bench diff outputs/before outputs/after --fail-above 10% --html diff.html
-exit status: 0 no regression; 1 a regression: slower by more than --fail-above with the whole
-interval below 1, or ran in OLD and fails in NEW; 2 bad input, or no configuration in both
-(a CI gate must not pass on nothing compared)."""
+exit status: {EXIT_OK} no regression; {EXIT_FAILED} a regression: slower by more than --fail-above with the
+whole interval below 1, or ran in OLD and fails in NEW; 2 bad input, or no configuration in both
+(a CI gate must not pass on nothing compared); {EXIT_DISTURBED} no regression, but a configuration's
+measurements were too disturbed to judge (named in the table, its note and on stderr): re-measure
+on a quiet machine rather than pass or fail on them."""
     p.add_argument("old_dir", metavar="OLD", help="the baseline result directory (holds results.csv)")
     p.add_argument("new_dir", metavar="NEW", help="the result directory to check against it")
     p.add_argument("--fail-above", type=fraction, default=FAIL_ABOVE, metavar="FRACTION",
@@ -73,7 +86,14 @@ def main(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_dict(), indent=1) if args.json else result.text())
     if html_path is not None and not args.json:
         print(f"HTML written to {html_path}", file=sys.stderr)
-    return EXIT_FAILED if len(result.regressions) else EXIT_OK
+    if len(result.regressions):
+        return EXIT_FAILED
+    if len(result.disturbed):
+        named = "; ".join(f"{r.configuration} ({r.note})" for r in result.disturbed.itertuples())
+        print(f"bench diff: disturbed: {len(result.disturbed)} configuration(s) not judged, re-measure: {named}",
+              file=sys.stderr)
+        return EXIT_DISTURBED
+    return EXIT_OK
 
 
 def count(result, side: str) -> str:

@@ -1,6 +1,8 @@
 """Two result directories compared configuration by configuration (`bench diff OLD NEW`): each
 configuration's old and new throughput, their ratio with its interval and verdict, what was
-added, removed or fails now, and what changed in the environment between the two.
+added, removed or fails now, and what changed in the environment between the two. Repeats flagged
+as disturbed (measure.noise) are left out; a configuration left with too few is 'disturbed:
+re-measure', never faster or slower, and each judged one says the smallest slowdown it could see.
 
 A configuration is the workload as asked for (model, mode, precision, batch size, width, height,
 depth, processes, compile, channels_last) on a kind of device (cpu, cuda, mps). The machine is
@@ -17,12 +19,18 @@ from pathlib import Path
 import pandas as pd
 
 from bench_core.errors import ConfigError
+from bench_core.measure.noise import disturbances
 from bench_core.results.comparison import (
     CONFIDENCE,
+    DISTURBED,
     METHOD_TEXT,
     MIN_EFFECT,
     ONE_RUN,
+    POWER,
+    RUN_SHIFT,
     compare_rows,
+    geometric_mean,
+    run_means,
 )
 from bench_core.summary.html import esc, table_html
 from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
@@ -42,10 +50,10 @@ ENVIRONMENT_CHANGES = [
     "torch_threads", "tf32_enabled", "cudnn_benchmark_enabled",
 ]
 
-# Columns shown (text and HTML): column -> header.
-SHOWN = {"configuration": "configuration", "old_samples_per_s": "old samples/s", "new_samples_per_s": "new samples/s",
-         "change": f"new/old [{CONFIDENCE:.0%} CI]", "unit": "samples", "verdict": "verdict", "flag": "flag",
-         "note": "note"}
+# Columns shown (text and HTML): column -> header. Each column is one statistic, named in its header.
+SHOWN = {"configuration": "configuration", "old_samples_per_s": "old samples/s (geo. mean)",
+         "new_samples_per_s": "new samples/s (geo. mean)", "change": f"new/old [{CONFIDENCE:.0%} CI]",
+         "unit": "samples", "detectable": "detectable slowdown", "verdict": "verdict", "flag": "flag", "note": "note"}
 
 
 @dataclass
@@ -65,6 +73,11 @@ class ResultsDiff:
         return self.table[self.table["regression"]]
 
     @property
+    def disturbed(self) -> pd.DataFrame:
+        """Configurations in both whose measurements were too disturbed to judge."""
+        return self.table[self.table["verdict"] == DISTURBED]
+
+    @property
     def compared(self) -> int:
         """Configurations present in both directories."""
         return int(self.table["side"].eq("both").sum())
@@ -72,30 +85,45 @@ class ResultsDiff:
     @property
     def within_one_run(self) -> int:
         """Configurations compared through the repeats of a single run on a side."""
-        return int(self.table["unit"].eq(ONE_RUN).sum())
+        return int((self.table["unit"].eq(ONE_RUN) & self.table["verdict"].ne(DISTURBED)).sum())
 
     def one_run_warning(self) -> str:
         """Why a comparison of single runs can flag noise: its interval sees only the repeats of one process."""
         if not self.within_one_run:
             return ""
-        return (f"{self.within_one_run} configuration(s) have one run on a side, so their intervals come from the "
-                "repeats inside that run and leave out how much a whole run can shift from one process to the "
-                "next (on a shared 2-core VM we saw 15 % with the same code); measure both sides with "
-                "bench sweep --runs 3 and diff compares runs")
+        shifts = ", ".join(f"{share:.0%} on {kind}" for kind, share in RUN_SHIFT.items())
+        return (f"{self.within_one_run} configuration(s) have one run on a side: one run cannot measure how far a "
+                "whole run shifts from one process to the next, so their intervals add a stated shift "
+                f"({shifts}) and only large changes are called (the 'detectable slowdown' column); measure both "
+                "sides in runs (bench sweep params/ci-gate.yaml, or bench sweep FILE --runs 5) and diff compares runs")
 
     def method_line(self) -> str:
-        return (f"new/old = ratio of geometric-mean samples/s with a {CONFIDENCE:.0%} Welch t-interval on log "
-                f"throughput, over runs when both sides have 2 or more runs of a configuration (each run's "
-                f"geometric mean is one sample), else over the repeats of one run; faster or slower when the interval excludes 1 and the change is at least "
+        return (f"old/new samples/s = geometric mean over runs of each run's geometric mean over its undisturbed ok "
+                f"repeats; new/old = their ratio with a {CONFIDENCE:.0%} Welch t-interval on log throughput, over "
+                "runs when both sides have 2 or more runs of a configuration, else over the repeats plus a stated "
+                f"run-to-run shift; faster or slower when the interval excludes 1 and the change is at least "
                 f"{self.min_effect:.0%}; a regression is slower by more than {self.fail_above:.0%} with the whole "
-                "interval below 1, or a configuration that ran in OLD and fails in NEW.")
+                "interval below 1, or a configuration that ran in OLD and fails in NEW. Repeats flagged as "
+                "disturbed are left out; with too few left: 'disturbed: re-measure' (exit 3 when nothing "
+                "regressed). detectable slowdown = the smallest slowdown this comparison would call "
+                f"{POWER:.0%} of the time at its noise: 'no regression' means none above it.")
 
     def summary_line(self) -> str:
         counts = self.table["verdict"].value_counts()
         parts = [f"{n} {verdict}" for verdict, n in counts.items()]
         line = f"{len(self.table)} configuration(s), {self.compared} in both: " + ", ".join(parts) + "."
-        found = len(self.regressions)
-        return line + (f" {found} regression(s) (exit 1)." if found else " No regression.")
+        found, disturbed = len(self.regressions), len(self.disturbed)
+        if found:
+            return line + f" {found} regression(s) (exit 1)."
+        seen = self.table["detectable"].loc[lambda d: d != ""].str.rstrip("%").astype(float)
+        above = "" if seen.empty else f": none above {num_text(seen.min())}%" if seen.min() == seen.max() else \
+            f": none above {num_text(seen.min())}-{num_text(seen.max())}% (each configuration's detectable slowdown)"
+        if disturbed == self.compared:
+            return line + " Nothing could be judged: re-measure (exit 3)."
+        if disturbed:
+            return line + (f" No regression among what could be judged{above}; {disturbed} disturbed: re-measure "
+                           "(exit 3).")
+        return line + f" No regression{above}."
 
     def text(self) -> str:
         lines = [f"bench diff: old {self.old_dir} -> new {self.new_dir}"]
@@ -146,7 +174,7 @@ td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</sty
     def to_dict(self) -> dict:
         return {"old_dir": str(self.old_dir), "new_dir": str(self.new_dir), "fail_above": self.fail_above,
                 "min_effect": self.min_effect, "confidence": CONFIDENCE, "compared": self.compared,
-                "regressions": len(self.regressions), "method": METHOD_TEXT,
+                "regressions": len(self.regressions), "disturbed": len(self.disturbed), "method": METHOD_TEXT,
                 "environment_changes": self.environment.to_dict("records"),
                 "configurations": json.loads(self.table.drop(columns=[k for k in KEY if k.endswith("_key")])
                                              .to_json(orient="records")),
@@ -157,12 +185,14 @@ def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect
     """OLD and NEW result directories compared configuration by configuration.
 
     `table` has one row per configuration: configuration (a label), side (both | old only | new
-    only), old_/new_samples_per_s (the geometric means the ratio divides: of the runs, or of the
-    repeats of one run; the median of the ok repeats where nothing is compared), old_/new_repeats ("3/3 ok"),
-    ratio, low, high (new/old with its interval), change (that as text), verdict (faster, slower,
-    no clear difference, too few repeats, no data, fails now, fails in both, runs now, added,
-    removed), regression (slower beyond `fail_above` with the whole interval below 1, or ok in
-    OLD and failing in NEW), flag, reason and note. Rows: regressions first, then by configuration.
+    only), old_/new_samples_per_s (geometric mean over runs of each run's geometric mean over its
+    undisturbed ok repeats: what the ratio divides; NaN when none), old_/new_repeats ("3/3 ok"),
+    ratio, low, high (new/old with its interval), change (that as text), unit (the samples),
+    detectable (the smallest slowdown, a fraction, called POWER of the time at this noise), verdict
+    (faster, slower, no clear difference, too few repeats, no data, disturbed: re-measure, fails now,
+    fails in both, runs now, added, removed), regression (slower beyond `fail_above` with the whole
+    interval below 1, or ok in OLD and failing in NEW), flag (REGRESSION, DISTURBED), reason and
+    note. Rows: regressions first, then disturbed ones, then by configuration.
     """
     if not 0.0 <= fail_above < 1.0:
         raise ConfigError("fail_above", f"must be a fraction in [0, 1), got {fail_above!r}")
@@ -177,7 +207,9 @@ def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect
                for _, group in rows.groupby(keys, dropna=False, sort=False)]
     table = pd.DataFrame(records, columns=TABLE_COLUMNS)
     if len(table):
-        table = table.sort_values(["regression", "configuration"], ascending=[False, True], kind="stable")
+        table = (table.assign(_disturbed=table["verdict"] == DISTURBED)
+                 .sort_values(["regression", "_disturbed", "configuration"], ascending=[False, False, True],
+                              kind="stable").drop(columns="_disturbed"))
     table = table.reset_index(drop=True)
     return ResultsDiff(table, environment_changes(old.rows, new.rows), old_dir, new_dir, fail_above, min_effect,
                        old.notes + new.notes)
@@ -199,7 +231,8 @@ def read_results(result_dir: Path, name: str) -> Results:
 
 
 TABLE_COLUMNS = ["configuration", "side", "old_samples_per_s", "new_samples_per_s", "old_repeats", "new_repeats",
-                 "ratio", "low", "high", "change", "unit", "verdict", "regression", "flag", "reason", "note"] + KEY
+                 "ratio", "low", "high", "change", "unit", "detectable", "verdict", "regression", "flag", "reason",
+                 "note"] + KEY
 
 
 def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
@@ -218,6 +251,7 @@ def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
             kind[(rows["side"] == side) & (kind == "auto")] = known.pop()
     rows["device_kind"] = kind.fillna("")
     rows["device_name_key"] = rows["device_name"].where(rows["device_name"].map(is_present), "")
+    rows["disturbed_by"] = rows["noise_flags"].map(disturbances)
     return rows
 
 
@@ -232,12 +266,12 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     first = (new_ok if len(new_ok) else old_ok if len(old_ok) else new if len(new) else old).iloc[0]
     side = "both" if len(old) and len(new) else "old only" if len(old) else "new only"
     out = {"configuration": label(first, by_model), "side": side,
-           "old_samples_per_s": old_ok["samples_per_s"].median() if len(old_ok) else NAN,
-           "new_samples_per_s": new_ok["samples_per_s"].median() if len(new_ok) else NAN,
+           "old_samples_per_s": undisturbed_mean(old_ok), "new_samples_per_s": undisturbed_mean(new_ok),
            "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
-           "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "verdict": "", "regression": False, "flag": "",
-           "reason": "", "note": " ".join(failures_note(old, "old") + failures_note(new, "new")
-                                          + noise_note(old_ok, "old") + noise_note(new_ok, "new")).strip()}
+           "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "detectable": "", "verdict": "",
+           "regression": False, "flag": "", "reason": "",
+           "note": "; ".join(failures_note(old, "old") + failures_note(new, "new")
+                             + noise_note(old_ok, "old") + noise_note(new_ok, "new"))}
     if not len(old) or not len(new):
         out.update(verdict="added" if len(new) else "removed",
                    reason=f"only in {'NEW' if len(new) else 'OLD'} ({out['new_repeats' if len(new) else 'old_repeats']})")
@@ -246,16 +280,26 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
                    reason=f"new: {status_text(new)}" + (f"; old: {status_text(old)}" if not len(old_ok) else ""))
     elif not len(old_ok):
         out.update(verdict="runs now", reason=f"old: {status_text(old)}")
-    else:
-        c, out["unit"], old_mean, new_mean = compare_rows(old_ok, new_ok, min_effect=min_effect)
-        out.update(old_samples_per_s=old_mean, new_samples_per_s=new_mean)  # what the ratio divides
-        regressed = c.has_interval and c.high < 1.0 and c.ratio <= 1.0 - fail_above
+    else:  # OLD and NEW are separate runs by construction, even where a copied directory kept its run ids
+        found = compare_rows(old_ok, new_ok, separate_runs=True, min_effect=min_effect)
+        c = found.comparison
+        regressed = c.regressed(fail_above)
+        detectable = c.detectable(fail_above)
         out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
                    high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
+                   unit=found.unit, detectable="" if detectable is None else f"{detectable:.0%}",
                    change="" if c.ratio is None else c.text().removesuffix(" " + c.verdict))
     if out["regression"]:
         out["flag"] = "REGRESSION"
+    elif out["verdict"] == DISTURBED:
+        out["flag"] = "DISTURBED"
     return {**out, **{k: first[k] for k in KEY}}
+
+
+def undisturbed_mean(ok: pd.DataFrame) -> float:
+    """Geometric mean over runs of each run's geometric mean over its undisturbed repeats (NaN: none)."""
+    clean = ok[ok["disturbed_by"] == ""]
+    return geometric_mean(run_means(clean)) if len(clean) else NAN
 
 
 def label(row: pd.Series, by_model: bool) -> str:
@@ -299,14 +343,21 @@ def failures_note(rows: pd.DataFrame, side: str) -> list[str]:
 
 
 def noise_note(ok: pd.DataFrame, side: str) -> list[str]:
-    """'old: 5/15 repeats noise-flagged (other-processes-on-cpu)': a disturbed measurement, named."""
-    flags = ok["noise_flags"].map(lambda v: [f.split("(")[0].strip() for f in str(v).split(";") if f.strip()]
+    """'old: 5/15 repeats disturbed, left out (other-processes-on-cpu)' and 'new: 2/15 repeats noise-flagged
+    (noisy-window)': disturbed measurements and merely imprecise ones, named."""
+    names = ok["noise_flags"].map(lambda v: [f.split("(")[0].strip() for f in str(v).split(";") if f.strip()]
                                   if is_present(v) else [])
-    flagged = flags[flags.map(bool)]
-    if flagged.empty:
-        return []
-    kinds = ", ".join(sorted({kind for found in flagged for kind in found}))
-    return [f"{side}: {len(flagged)}/{len(ok)} repeats noise-flagged ({kinds})"]
+    disturbed = ok["disturbed_by"] != ""
+    out = []
+    if disturbed.any():
+        kinds = ", ".join(sorted({k.strip() for found in ok.loc[disturbed, "disturbed_by"] for k in found.split(",")}))
+        out.append(f"{side}: {int(disturbed.sum())}/{len(ok)} repeats disturbed, left out ({kinds})")
+    other = names[~disturbed]
+    flagged = other[other.map(bool)]
+    if len(flagged):
+        kinds = ", ".join(sorted({kind for found in flagged for kind in found}))
+        out.append(f"{side}: {len(flagged)}/{len(ok)} repeats noise-flagged ({kinds})")
+    return out
 
 
 def environment_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:

@@ -1,21 +1,27 @@
 """What one setting does to speed, with its uncertainty: the same workload with one thing changed
 (the machine, the precision, the device count, torch.compile, channels_last), compared run by run
-where both sides have several runs, else repeat by repeat, with results.comparison (a ratio of geometric means, a 95 % t-interval and a verdict).
-Plain pandas, no display.
+where both sides have several runs, else repeat by repeat, with results.comparison (a ratio of
+geometric means, a 95 % t-interval and a verdict). Repeats flagged as disturbed (measure.noise)
+are left out; a comparison left with too few says "disturbed: re-measure". Plain pandas, no display.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from bench_core.results.comparison import compare_rows
+from bench_core.measure.noise import disturbances
+from bench_core.results.comparison import DISTURBED, compare_rows
 from bench_core.summary.load import WORKLOAD, Results
 
 COMPARED = ["baseline_median", "median", "ratio", "low", "high", "verdict", "reason", "n_baseline", "n_candidate",
             "text", "unit"]
+# Columns whose values are measured in separate processes: two machines, or a run on N devices
+# (torchrun workers) against one. The precisions, compile modes and layouts of one model share a
+# sweep's execution (one process), so a run's shift is common to both sides and cancels.
+SEPARATE_PROCESSES = ("machine", "world_size")
 # The verdicts as a summary counts them, in the order it says them.
 COUNTED = {"faster": "faster in", "slower": "slower in", "no clear difference": "no clear difference in",
-           "too few repeats": "too few repeats for an interval in"}
+           "too few repeats": "too few repeats for an interval in", DISTURBED: "disturbed (re-measure) in"}
 
 
 def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] | None = None,
@@ -25,13 +31,16 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
 
     One row per (keys, other value): the medians of both sides and the comparison's ratio, low,
     high, verdict, reason, repeat counts and text ("1.84x [1.79-1.90] faster"). Workloads without
-    the baseline value, or with only it, give no row.
+    the baseline value, or with only it, give no row. Where `column` is measured in separate
+    processes (SEPARATE_PROCESSES) and a side has one run, the interval adds the stated run shift;
+    otherwise the shift is common to both sides and cancels (compare_rows).
     """
     keys = keys if keys is not None else ["machine", *[k for k in WORKLOAD if k != column]]
     columns = [*keys, column, *COMPARED]
     if rows.empty or column not in rows:
         return pd.DataFrame(columns=columns)
     out = []
+    rows = rows.assign(disturbed_by=rows["noise_flags"].map(disturbances) if "noise_flags" in rows else "")
     for key, group in rows.groupby(keys, dropna=False, sort=False):
         is_base = group[column] == baseline
         base = group[is_base]
@@ -39,7 +48,8 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
             continue
         for other, candidate in group[~is_base].groupby(column, sort=False):  # an unknown value is no variant
             # runs are the samples where both sides have 2 or more, else the repeats (see compare_rows)
-            c, unit, _, _ = compare_rows(base, candidate, value=value)
+            found = compare_rows(base, candidate, value=value, separate_runs=column in SEPARATE_PROCESSES)
+            c, unit = found.comparison, found.unit
             out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base[value].median()),
                         float(candidate[value].median()), c.ratio, c.low, c.high, c.verdict, c.reason,
                         c.n_baseline, c.n_candidate, c.text(), unit])

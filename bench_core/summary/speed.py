@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench_core.results.comparison import DISTURBED
 from bench_core.summary.effects import settings_effects
 from bench_core.summary.html import (
     chart_rows,
@@ -92,7 +93,8 @@ def show_relative_speed(res: Results, baseline: str | None = None) -> None:
 
 
 def few_repeats_note(table: pd.DataFrame, label: str) -> None:
-    """Name the comparisons drawn hollow: a ratio without an interval is not a finding."""
+    """Name the comparisons drawn hollow (a ratio without an interval is not a finding) and those not
+    judged because their repeats were disturbed."""
     few = table[table["verdict"] == "too few repeats"]
     if len(few) == len(table):
         note("Too few repeats for an interval in every comparison here (hollow markers): each side needs at least "
@@ -100,6 +102,10 @@ def few_repeats_note(table: pd.DataFrame, label: str) -> None:
     elif len(few):
         note(f"Too few repeats for an interval (hollow markers; each side needs at least 2 repeats): "
              f"{short_list(dict.fromkeys(few[label]))}.")
+    disturbed = table[table["verdict"] == DISTURBED]
+    if len(disturbed):  # left out of the chart: their repeats were disturbed, so there is nothing to judge
+        note(f"Disturbed, re-measure (not judged, not drawn: too few repeats left once those flagged as disturbed "
+             f"were left out; see Method): {short_list(dict.fromkeys(disturbed[label]))}.")
 
 
 @section
