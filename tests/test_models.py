@@ -80,3 +80,22 @@ def test_detection_models_process_the_size_they_report(name):
     model = resolve_model(name).build(cfg).eval()
     images, _ = model.transform([torch.rand(3, cfg.height, cfg.width)])
     assert images.image_sizes[0] == (cfg.height, cfg.width)
+
+
+@pytest.mark.parametrize("model, suggested", [("resnet19", "did you mean resnet18"),
+                                              ("timm:resnet_18", "did you mean timm:resnet18"),
+                                              ("torchvision:resnet_18", "did you mean torchvision:resnet18"),
+                                              ("llama1b", "did you mean llama-1b"), ("hf:lama", "did you mean hf:llama")])
+def test_a_mistyped_model_gets_the_closest_names(capsys, model, suggested):
+    assert bench(["run", "--model", model, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("bench run: error: model: ") and suggested in err, err
+
+
+def test_bench_models_searches_the_libraries_by_pattern(capsys):
+    assert bench(["models", "--search", "timm:resnet1*"]) == 0
+    found = capsys.readouterr().out.split()
+    assert "timm:resnet18" in found and all(name.startswith("timm:resnet1") for name in found)
+    assert bench(["models", "--search", "llama", "--json"]) == 0
+    import json
+    assert "hf:llama" in json.loads(capsys.readouterr().out)

@@ -13,15 +13,26 @@ from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.measure import environment
 from bench_core.measure.flops import PEAK_CLASS, cache_path, cpu_peak, peak_for
-from bench_core.workload.models import model_table, params_text
+from bench_core.workload.models import library_models, model_table, params_text
 from bench_core.workload.precision import resolve_precision
 
 
 def add_models_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """examples:
+  bench models                                 # the named models: task, default input, parameters
+  bench models --search 'timm:*resnet*'        # any timm, torchvision or transformers name, by pattern
+  bench models --search '*vit*' --json"""
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--search", metavar="PATTERN", help="list the library models --model also takes (timm:<name>, "
+                   "torchvision:<name>, hf:<model_type>) whose name matches this shell pattern, e.g. 'timm:*resnet*'")
 
 
 def main_models(args: argparse.Namespace) -> int:
+    if args.search:
+        found = library_models(args.search)
+        print(json.dumps(found, indent=1) if args.json else "\n".join(found) or
+              f"no library model matches {args.search!r}")
+        return EXIT_OK
     table = model_table()
     shown = [{**row, "params": params_text(row["params"])} for row in table]
     print(json.dumps(table, indent=1) if args.json else text_table(shown, prose=("aliases", "source", "notes")))

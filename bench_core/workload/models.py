@@ -7,6 +7,7 @@ them. Every builder passes weights=None / pretrained=False: nothing is ever down
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import types
 
@@ -45,7 +46,25 @@ def resolve_model(name: str) -> ModelSpec:
     if inner and prefix in PREFIXES:
         return PREFIXES[prefix](inner)
     allowed = ", ".join(REGISTRY) + "".join(f", {p}:<name>" for p in PREFIXES)
-    raise ConfigError("model", f"unknown model {name!r}; allowed: {allowed}")
+    raise ConfigError("model", f"unknown model {name!r}{did_you_mean(lowered, [*REGISTRY, *_ALIASES])} "
+                               f"(bench models lists them); allowed: {allowed}")
+
+
+def library_models(pattern: str) -> list[str]:
+    """Every prefixed name (timm:<name>, torchvision:<name>, hf:<model_type>) matching a shell pattern, with
+    or without its prefix; a pattern without wildcards matches anywhere in the name."""
+    import fnmatch
+    pattern = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+    names = [(prefix, name) for family in FAMILIES for prefix, listed in getattr(family, "LISTS", {}).items()
+             for name in listed()]
+    return [f"{prefix}:{name}" for prefix, name in names
+            if fnmatch.fnmatchcase(f"{prefix}:{name}", pattern) or fnmatch.fnmatchcase(name, pattern)]
+
+
+def did_you_mean(name: str, known, prefix: str = "") -> str:
+    """' (did you mean resnet18?)', or '' when nothing is close: the closest names by difflib."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
 
 
 def count_parameters(model) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench_core.errors import ConfigError
 from bench_core.workload.family import ModelSpec, Task, Workload
+from bench_core.workload.vision import closest
 
 # Generation's defaults (the common small point of optimum-benchmark and the HF LLM-Perf board).
 PROMPT_LEN, NEW_TOKENS = 256, 64
@@ -308,7 +309,8 @@ def hf_spec(inner: str) -> ModelSpec:
     else:
         from transformers import CONFIG_MAPPING
         if inner not in CONFIG_MAPPING:
-            raise ConfigError("model", f"hf:{inner} is neither a transformers model type nor a local config file; "
+            close = closest(inner, list(CONFIG_MAPPING), "hf:")
+            raise ConfigError("model", f"hf:{inner} is neither a transformers model type{close} nor a local config file; "
                                        f"notebook-bench never downloads (a hub name such as meta-llama/Llama-3.2-1B "
                                        f"would need one): save the model's config.json and give hf:/path/to/config.json"
                                        f", or a model type such as hf:llama")
@@ -368,7 +370,13 @@ def _task_of(model: TextModel, values: dict) -> TextTask:
                                "transformers; allowed: a language-model architecture (e.g. hf:llama, hf:bert, hf:t5)")
 
 
+def _model_types() -> list[str]:
+    from transformers import CONFIG_MAPPING
+    return sorted(CONFIG_MAPPING)
+
+
 PREFIXES = {"hf": hf_spec}
+LISTS = {"hf": _model_types}  # what bench models --search looks through
 PREFIX_ROWS = (
     {"name": "hf:<model_type>", "task": "text", "default_input": f"seq {HF_DEFAULT_SEQ_LEN}", "aliases": "",
      "source": _SOURCE, "notes": "any transformers language model at its default size, random weights"},

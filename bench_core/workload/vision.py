@@ -133,20 +133,46 @@ MODELS = (
 
 def timm_spec(inner: str) -> ModelSpec:
     import timm
-    if inner not in timm.list_models():
-        raise ConfigError("model", f"timm has no model {inner!r} (see timm.list_models())")
+    names = timm.list_models()
+    if inner not in names:
+        raise ConfigError("model", f"timm has no model {inner!r}{closest(inner, names, 'timm:')}; find one with "
+                                   "bench models --search 'timm:*resnet*'")
     return ModelSpec(f"timm:{inner}", _CLS, _timm(inner), source="timm")
 
 
 def torchvision_spec(inner: str) -> ModelSpec:
     import torchvision
-    if inner not in torchvision.models.list_models(module=torchvision.models):
-        raise ConfigError("model", f"torchvision has no classification model {inner!r} "
-                                   "(see torchvision.models.list_models())")
+    names = torchvision.models.list_models(module=torchvision.models)
+    if inner not in names:
+        raise ConfigError("model", f"torchvision has no classification model {inner!r}"
+                                   f"{closest(inner, names, 'torchvision:')}; find one with "
+                                   "bench models --search 'torchvision:*'")
     return ModelSpec(f"torchvision:{inner}", _CLS, _torchvision(inner))
 
 
+def closest(name: str, names, prefix: str) -> str:
+    """' (did you mean timm:resnet18?)' from a library's model names: difflib, and names without the '_'
+    a user may have put in (resnet_18)."""
+    import difflib
+    folded = {n.replace("_", ""): n for n in names}
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+    close += [folded[n] for n in difflib.get_close_matches(name.replace("_", ""), list(folded), n=3, cutoff=0.85)]
+    close = list(dict.fromkeys(close))[:3]
+    return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
+
+
+def _timm_names() -> list[str]:
+    import timm
+    return timm.list_models()
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision
+    return torchvision.models.list_models(module=torchvision.models)
+
+
 PREFIXES = {"timm": timm_spec, "torchvision": torchvision_spec}
+LISTS = {"timm": _timm_names, "torchvision": _torchvision_names}  # what bench models --search looks through
 PREFIX_ROWS = (
     {"name": "timm:<name>", "task": "classification", "default_input": "224x224", "aliases": "",
      "source": "timm", "notes": "any timm model, pretrained=False"},
