@@ -100,9 +100,10 @@ def assert_store_intact(out: Path) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path):
-    # Two executions; the second runs infer then train, each measuring for a few seconds.
+    # Two executions (one per model); the second runs infer then train, each measuring for a few seconds.
     sweep = write_sweep(tmp_path / "killed.yaml", [
-        {"seed": [0]}, {"seed": [1], "mode": ["infer", "train"], "min_seconds": 1, "repeats": 2}])
+        {"model": ["resnet18"]}, {"model": ["mobilenet_v3_large"], "mode": ["infer", "train"], "min_seconds": 1,
+                                  "repeats": 2}])
     out = tmp_path / "out"
     first, second = run_dirs(out, sweep)
     proc = start_sweep(str(sweep), "--out", str(out))
@@ -128,16 +129,17 @@ def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path):
     assert results.read_run(first) == kept_first  # completed results are untouched
     assert results.read_run(second)[:2] == kept_infer
     table = assert_store_intact(out)
-    assert sorted(zip(table["seed"], table["mode"])) == [(0, "infer"), (1, "infer"), (1, "infer"), (1, "train"),
-                                                         (1, "train")]
+    assert sorted(zip(table["model"], table["mode"])) == [("mobilenet_v3_large", "infer"), ("mobilenet_v3_large", "infer"),
+                                                          ("mobilenet_v3_large", "train"), ("mobilenet_v3_large", "train"),
+                                                          ("resnet18", "infer")]
     assert (table["status"] == "ok").all()
 
 
 @pytest.mark.slow
 def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path):
     # The first execution measures for a long time; the second never starts.
-    sweep = write_sweep(tmp_path / "stopped.yaml", [{"seed": [0], "min_seconds": 120, "mode": ["train", "infer"]},
-                                                    {"seed": [1]}])
+    sweep = write_sweep(tmp_path / "stopped.yaml", [{"min_seconds": 120, "mode": ["train", "infer"]},
+                                                    {"model": ["mobilenet_v3_large"]}])
     out = tmp_path / "out"
     first, second = run_dirs(out, sweep)
     proc = start_sweep(str(sweep), "--out", str(out))
@@ -168,13 +170,13 @@ def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path):
     assert len(assert_store_intact(out)) == 2
 
 
-FAULTS = """# fault injection for tests: a failing cell, a dead kernel, a hung cell
+FAULTS = """# fault injection for tests: a failing cell, a dead kernel, a hung cell (an execution per model)
 import os, signal, time
-if seed == 1:
+if model == "mobilenet_v3_large":
     raise RuntimeError("injected failure")
-if seed == 2:
+if model == "torchvision:squeezenet1_0":
     os.kill(os.getpid(), signal.SIGKILL)
-if seed == 3:
+if model == "resnet18":
     time.sleep(600)"""
 
 
@@ -186,7 +188,8 @@ def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes
     template = tmp_path / "faulty.ipynb"
     nbformat.write(nb, template)
     # Order: the hang first, so the other two show that the sweep went on after a timeout.
-    sweep = write_sweep(tmp_path / "faults.yaml", {"seed": [3, 1, 2]}, timeout_s=18)
+    sweep = write_sweep(tmp_path / "faults.yaml", {"model": ["resnet18", "mobilenet_v3_large",
+                                                             "torchvision:squeezenet1_0"]}, timeout_s=18)
     out = tmp_path / "out"
     hung, failed, died = run_dirs(out, sweep)
 
@@ -208,7 +211,8 @@ def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes
     assert "kernel died" in banner(died) and "timeout_s" in banner(hung)
     table = assert_store_intact(out)
     assert sorted(table["status"]) == ["crashed", "error", "timeout"]
-    assert (table["model"] == "resnet18").all() and table["host"].notna().all()  # failure rows say where
+    assert sorted(table["model"]) == ["mobilenet_v3_large", "resnet18", "torchvision:squeezenet1_0"]
+    assert table["host"].notna().all()  # failure rows say where
 
 
 STOPPED_FROM_OUTSIDE = """# SIGTERM to the papermill process only, as SLURM's scancel or requeue reaches every process of a

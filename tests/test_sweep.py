@@ -19,6 +19,7 @@ from bench_core import cli
 from bench_core.config import BenchConfig, ConfigError
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep
+from bench_core.sweep.notebook import expand_configurations
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SETTINGS = {"model": "resnet18", "width": 32, "height": 32, "batch_size": 2, "steps": 2, "warmup_steps": 1,
@@ -126,7 +127,7 @@ def test_a_sweep_on_a_terminal_redraws_one_line_with_throughput_and_time_left(tm
     """Two executions: after the first, the line names its throughput and estimates the time left."""
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump({"name": "two", "settings": {**TINY_SETTINGS, "mode": "infer"}, "grid": [
-        {"batch_size": 2}, {"batch_size": 4, "width": 48, "height": 48}]}))
+        {"batch_size": 2}, {"model": "mobilenet_v3_large", "batch_size": 4}]}))
     assert len(load_sweep(path).executions) == 2
     status, shown = bench_on_a_terminal("sweep", str(path), "--out", str(tmp_path / "out"), "--no-report")
     assert status == 0, shown[-2000:]
@@ -241,8 +242,8 @@ def test_shipped_sweep_files_are_valid():
         path = ROOT / "params" / f"{name}.yaml"
         plan = load_sweep(path)
         assert plan.configs and plan.executions, path
-        for execution in plan.executions:  # one execution per (device, model, shape)
-            assert len({(c.device, c.model, c.width, c.height, c.depth) for c in execution.configs}) == 1
+        for execution in plan.executions:  # one execution per (device, model)
+            assert len({(c.device, c.model) for c in execution.configs}) == 1
 
 
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -261,7 +262,7 @@ def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path):
     # six image models in train and infer, and llama-tiny in train and generate
     for mode, count in (("train", 7), ("infer", 6), ("generate", 1)):
         assert f"amp-bf16 {mode} is emulated on cpu, so its {count} configuration(s) are left out (emulated: skip)" in text
-    assert "plan: 14 configuration(s) in 8 execution(s)" in text and "min (an estimate" in text
+    assert "plan: 14 configuration(s) in 7 execution(s)" in text and "min (an estimate" in text
     assert "amp-bf16" not in text.split("note:")[-1].split("\n", 1)[1]  # no execution of it is listed
     assert not (tmp_path / "out").exists()
 
@@ -280,7 +281,7 @@ def test_default_picks_cpu_quick_without_a_gpu():
     assert plan.name == "cpu-quick" and "selected cpu-quick.yaml" in plan.notes[0]
 
 
-def test_grid_list_gives_the_union_and_executions_group_modes_and_batch_sizes(tmp_path):
+def test_grid_list_gives_the_union_and_each_model_is_one_execution(tmp_path):
     path = tmp_path / "union.yaml"
     path.write_text(yaml.safe_dump({"name": "union", "settings": {"device": "cpu", "width": 32, "height": 32}, "grid": [
         {"model": "resnet18", "mode": ["train", "infer"], "batch_size": [2, 4]},
@@ -289,8 +290,8 @@ def test_grid_list_gives_the_union_and_executions_group_modes_and_batch_sizes(tm
     plan = load_sweep(path)
     assert len(plan.configs) == 6
     sizes = sorted(len(e.configs) for e in plan.executions)
-    assert sizes == [1, 1, 4]  # resnet18: 2 modes x 2 sizes share a kernel; mobilenet's pairs are no product
-    assert len({e.run_name for e in plan.executions}) == 3
+    assert sizes == [2, 4]  # resnet18: 2 modes x 2 sizes share a kernel; mobilenet's train at 2 and infer at 8 too
+    assert len({e.run_name for e in plan.executions}) == 2
 
 
 def test_runs_measure_each_execution_in_its_own_run_folder_in_turn(tmp_path, capsys):
@@ -307,7 +308,7 @@ def test_runs_measure_each_execution_in_its_own_run_folder_in_turn(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
-def test_precisions_of_one_model_share_an_execution_unless_that_breaks_the_product(tmp_path):
+def test_every_configuration_of_one_model_shares_its_execution_and_the_template_gets_the_exact_list(tmp_path):
     path = tmp_path / "prec.yaml"
     path.write_text(yaml.safe_dump({"name": "prec", "settings": {"device": "cpu", "width": 32, "height": 32}, "grid": [
         {"model": "resnet18", "precision": ["fp32", "amp-bf16"], "mode": ["train", "infer"]},
@@ -320,17 +321,22 @@ def test_precisions_of_one_model_share_an_execution_unless_that_breaks_the_produ
     (resnet,) = by_model["resnet18"]  # 2 precisions x 2 modes: one kernel
     assert sorted((c.precision, c.mode) for c in resnet.configs) == [
         ("amp-bf16", "infer"), ("amp-bf16", "train"), ("fp32", "infer"), ("fp32", "train")]
-    assert resnet.parameters(tmp_path, False)["precision"] == ["fp32", "amp-bf16"]
     assert resnet.label == "resnet18 fp32/amp-bf16 on cpu"
-    # fp32 train+infer and bf16 infer alone are no product: split by precision
-    assert sorted(len(e.configs) for e in by_model["mobilenet_v3_large"]) == [1, 2]
+    # fp32 train+infer and bf16 infer alone are no product, yet one kernel: the template gets the exact list
+    (mobilenet,) = by_model["mobilenet_v3_large"]
+    parameters = mobilenet.parameters(tmp_path, False)
+    assert parameters["precision"] == "fp32" and parameters["mode"] == "train"
+    assert parameters["configurations"] == [{}, {"mode": "infer"}, {"mode": "infer", "precision": "bf16"}]
+    expanded = expand_configurations({k: v for k, v in parameters.items() if k in BenchConfig.field_names()},
+                                     parameters["configurations"])
+    assert [c.config_hash() for c in expanded] == [c.config_hash() for c in mobilenet.configs]
 
 
 def test_template_parameters_mirror_benchconfig():
     template = find_template()
     assert template == ROOT / "notebooks" / "benchmark.ipynb"
     params = papermill.inspect_notebook(str(template))
-    for name in BenchConfig.field_names() + ["out_dir", "run_name", "force"]:
+    for name in BenchConfig.field_names() + ["out_dir", "run_name", "force", "configurations"]:
         assert name in params and params[name]["help"], name
         assert params[name]["inferred_type_name"] != "None", name
     nb = nbformat.read(template, as_version=4)

@@ -61,6 +61,7 @@ from bench_core.sweep.plan import (
 TEMPLATE_ENV = "BENCH_TEMPLATE"
 INTERRUPTED = "stopped (Ctrl-C or SIGTERM) before this configuration finished"
 RUNNING_MARK = ".running"  # in a run directory while its execution runs; left behind only by a killed sweep
+TIMING_FILE = ".execution-time.json"  # the seconds the sweep waited for an execution
 
 
 def find_template(override: str | None = None) -> Path:
@@ -310,11 +311,15 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
     spec_path = run_dir / ".execution.json"
     results.atomic_write_text(spec_path, json.dumps(spec, indent=1))
     command = python_command("-m", "bench_core.sweep.execute", "--child", str(spec_path))
+    started = time.perf_counter()
     try:
         outcome = supervise(command, env=_child_env(), limit_s=timeout_s, log_path=run_dir / "papermill.log")
     except BaseException:  # Ctrl-C, SIGTERM: the supervisor took the kernel down with it
         _banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
         raise
+    # The whole execution as the sweep waited for it (process and kernel start included), for
+    # benchmarks/sweep_time.py's account of where a sweep's time goes.
+    results.atomic_write_text(run_dir / TIMING_FILE, json.dumps({"execution_s": time.perf_counter() - started}))
     if outcome.timed_out:
         message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
         _banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")

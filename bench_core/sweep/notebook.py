@@ -25,8 +25,9 @@ from bench_core.results.rows import failure_row, new_run_id, run_fields
 from bench_core.workload.models import resolve_model
 
 # Parameters of the template that are not BenchConfig fields: where rows go, and whether
-# configurations already complete in that run directory are measured again.
-RUN_PARAMETERS = ("out_dir", "run_name", "force")
+# configurations already complete in that run directory are measured again; and, from bench sweep,
+# the exact configurations of the execution (see expand_configurations).
+RUN_PARAMETERS = ("out_dir", "run_name", "force", "configurations")
 # A configuration is complete when every row of it has one of these statuses: re-running
 # cannot change an 'unsupported' (the device lacks the precision), so it is not redone.
 COMPLETE_STATUSES = ("ok", "unsupported")
@@ -77,7 +78,8 @@ def from_parameters(namespace: dict[str, Any], names_before: Iterable[str] = ())
              (name not in skip and not name.startswith("_") and not _is_machinery(value))}
     check_known_keys(given, allowed, where="notebook parameters")
     fields = {name: value for name, value in given.items() if name not in RUN_PARAMETERS}
-    configs = expand(fields)
+    configs = expand_configurations(fields, given.get("configurations")) if given.get("configurations") \
+        else expand(fields)
     run_name = given.get("run_name") or default_run_name(configs)
     if not isinstance(run_name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_name):
         raise ConfigError("run_name", f"must be a folder name of letters, digits, '.', '_' or '-', got {run_name!r}")
@@ -116,6 +118,24 @@ def expand(values: dict[str, Any]) -> list[BenchConfig]:
     for combination in itertools.product(*lists):
         cfg = BenchConfig.from_dict({**values, **dict(zip(LIST_FIELDS, combination))})
         if cfg.config_hash() not in seen:  # 'train' and 'Train' are one configuration
+            seen.add(cfg.config_hash())
+            configs.append(cfg)
+    return configs
+
+
+def expand_configurations(values: dict[str, Any], configurations: Any) -> list[BenchConfig]:
+    """BenchConfigs from a list of the fields in which each differs from `values` (what bench sweep passes:
+    any set of configurations of one model, e.g. train at 128 tokens and generate with a 64-token prompt,
+    which no precision x mode x batch-size product gives)."""
+    if not isinstance(configurations, list) or not all(isinstance(c, dict) for c in configurations):
+        raise ConfigError("configurations", f"must be a list of mappings of BenchConfig fields, got {configurations!r}")
+    listed = [name for name in LIST_FIELDS if isinstance(values.get(name), (list, tuple))]
+    if listed:
+        raise ConfigError(listed[0], "must be one value when configurations are given (each configuration says its own)")
+    configs, seen = [], set()
+    for changes in configurations:
+        cfg = BenchConfig.from_dict({**values, **changes})
+        if cfg.config_hash() not in seen:
             seen.add(cfg.config_hash())
             configs.append(cfg)
     return configs

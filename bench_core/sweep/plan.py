@@ -1,14 +1,13 @@
 """A sweep file as a plan: its configurations, grouped into papermill executions, and an estimate.
 
-One papermill execution per (device, model): all its precisions, modes and batch sizes share one
-kernel (each run sets and restores the process-wide numerics knobs it needs), so the kernel start,
-imports and the device's context are paid once per model.
+One papermill execution per (device, model): all its configurations (precisions, modes, batch sizes,
+input shapes) share one kernel (each run sets and restores the process-wide numerics knobs it needs),
+so the kernel start, imports and the device's context are paid once per model.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -29,21 +28,23 @@ from bench_core.config.sweepfile import (
 )
 from bench_core.devices import Backend, available_devices, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
-from bench_core.sweep.notebook import LIST_FIELDS, describe, safe_name
+from bench_core.sweep.notebook import describe, safe_name
 from bench_core.workload.precision import resolve_precision
 
 
 @dataclass
 class Execution:
-    """One papermill execution: every precision x mode x batch size of one (device, model, ...)."""
+    """One papermill execution: every configuration of one model on one device."""
     run_name: str
     configs: list[BenchConfig]
 
     def parameters(self, out_dir: Path, force: bool) -> dict[str, Any]:
+        """The template's parameters: the first configuration's fields, and each configuration as the
+        fields in which it differs from them (the first: none)."""
         values = self.configs[0].to_dict()
-        for name in LIST_FIELDS:
-            values[name] = unique(getattr(cfg, name) for cfg in self.configs)
-        return {**values, "out_dir": str(out_dir), "run_name": self.run_name, "force": force}
+        configurations = [{k: v for k, v in cfg.to_dict().items() if v != values[k]} for cfg in self.configs]
+        return {**values, "configurations": configurations, "out_dir": str(out_dir), "run_name": self.run_name,
+                "force": force}
 
     @property
     def label(self) -> str:
@@ -215,29 +216,13 @@ def _config(values: dict, chosen: dict, settings: dict) -> BenchConfig:
 
 
 def plan_executions(configs: list[BenchConfig]) -> list[Execution]:
-    """Group configurations that differ only in precision, mode and batch size into one execution.
-
-    The template runs every precision x mode x batch size it is given; a group that is not such a
-    product (e.g. train at 32 and infer at 64) is split by precision, then by mode, until it is.
-    """
-    groups: dict[str, list[BenchConfig]] = {}
+    """One execution per (device, model), whatever its configurations: they share a kernel (each run
+    sets and restores the process-wide numerics knobs it needs), so the process and kernel start and
+    the imports are paid once per model (the template takes the exact list: Execution.parameters)."""
+    groups: dict[tuple[str, str], list[BenchConfig]] = {}
     for cfg in configs:
-        key = json.dumps({k: v for k, v in cfg.to_dict().items() if k not in LIST_FIELDS}, sort_keys=True, default=str)
-        groups.setdefault(key, []).append(cfg)
-    executions = []
-    for group in groups.values():
-        parts = [group]
-        for name in ("precision", "mode"):
-            if all(_is_product(part) for part in parts):
-                break
-            parts = [[c for c in part if getattr(c, name) == value]
-                     for part in parts for value in unique(getattr(c, name) for c in part)]
-        executions += [Execution(run_name=_run_name(part), configs=part) for part in parts]
-    return executions
-
-
-def _is_product(configs: list[BenchConfig]) -> bool:
-    return math.prod(len(unique(getattr(c, name) for c in configs)) for name in LIST_FIELDS) == len(configs)
+        groups.setdefault((cfg.device, cfg.model), []).append(cfg)
+    return [Execution(run_name=_run_name(group), configs=group) for group in groups.values()]
 
 
 def _run_name(configs: list[BenchConfig]) -> str:
@@ -304,11 +289,14 @@ def dry_run(plan: SweepPlan, out_dir: Path) -> int:
         print(f"note: {note}")
     for execution in plan.executions:
         first = execution.configs[0]
-        print(f"{execution.run_name}: {execution.label}, {describe(first)['input']}, repeats {first.repeats}, "
+        inputs = [describe(cfg)["input"] for cfg in execution.configs]
+        shared = f", {inputs[0]}" if len(set(inputs)) == 1 else ""
+        print(f"{execution.run_name}: {execution.label}{shared}, repeats {first.repeats}, "
               f"min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
         width = max(len(c.precision) for c in execution.configs)
-        for cfg in execution.configs:  # one configuration a line: its precision, mode and batch size
-            print(f"  {cfg.precision:<{width}} {cfg.mode:<5} batch {cfg.batch_size}")
+        modes = max(len(c.mode) for c in execution.configs)
+        for cfg, shape in zip(execution.configs, inputs):  # a configuration a line: precision, mode, batch (input)
+            print(f"  {cfg.precision:<{width}} {cfg.mode:<{modes}} batch {cfg.batch_size}" + ("" if shared else f", {shape}"))
     return EXIT_OK
 
 
