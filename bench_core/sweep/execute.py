@@ -7,7 +7,7 @@ restores the process-wide numerics knobs it needs), so the kernel start, imports
 context are paid once per model -- each kept as DIR/runs/<run_name>/benchmark.ipynb beside its
 rows.json; DIR/results.csv gathers every row.
 
-Each execution runs in a child process (`python -m bench_core.sweep.execute --child SPEC`) under
+Each execution runs in a child process (`python -m bench_core.sweep.child SPEC`, sweep/child.py) under
 launch.supervisor, because that makes every failure mode killable and classifiable:
 - a per-execution timeout (`timeout_s`) or Ctrl-C kills the whole tree -- child, Jupyter kernel
   (which jupyter_client starts in yet another session) and any torchrun workers;
@@ -38,7 +38,6 @@ from bench_core import results
 from bench_core.devices import resolve_device
 from bench_core.errors import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     ConfigError,
     interrupted_by,
@@ -48,7 +47,7 @@ from bench_core.errors import (
 from bench_core.files import shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
-from bench_core.results.rows import error_message, first_line
+from bench_core.sweep.child import Outcome, banner
 from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
 from bench_core.sweep.plan import (
     Execution,
@@ -290,12 +289,6 @@ def _record_outcome(out_dir: Path, execution: Execution, outcome: "Outcome", env
     record_missing(out_dir, execution.run_name, execution.configs, status, message, extra)
 
 
-@dataclass
-class Outcome:
-    status: str            # ok | error | crashed | timeout
-    message: str = ""
-
-
 def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: float | None, force: bool,
             kernel: str = "python3") -> Outcome:
     """Run the template for one execution in a child process; kill its tree on timeout or Ctrl-C."""
@@ -310,19 +303,19 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
             "outcome": str(outcome_path), "parent_pid": os.getpid()}
     spec_path = run_dir / ".execution.json"
     results.atomic_write_text(spec_path, json.dumps(spec, indent=1))
-    command = python_command("-m", "bench_core.sweep.execute", "--child", str(spec_path))
+    command = python_command("-m", "bench_core.sweep.child", str(spec_path))
     started = time.perf_counter()
     try:
         outcome = supervise(command, env=_child_env(), limit_s=timeout_s, log_path=run_dir / "papermill.log")
     except BaseException:  # Ctrl-C, SIGTERM: the supervisor took the kernel down with it
-        _banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
+        banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
         raise
     # The whole execution as the sweep waited for it (process and kernel start included), for
     # benchmarks/sweep_time.py's account of where a sweep's time goes.
     results.atomic_write_text(run_dir / TIMING_FILE, json.dumps({"execution_s": time.perf_counter() - started}))
     if outcome.timed_out:
         message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
-        _banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
+        banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
         return Outcome("timeout", message)
     try:
         found = json.loads(outcome_path.read_text())
@@ -341,64 +334,3 @@ def _child_env() -> dict:
     # MPLBACKEND=Agg (headless runs) would stop the kernel's inline figures; the notebook picks its own.
     env.pop("MPLBACKEND", None)
     return env
-
-
-def _banner(notebook: Path, text: str) -> None:
-    """Put a note at the top of a notebook that was stopped from outside (papermill could not)."""
-    import nbformat
-    try:
-        nb = nbformat.read(notebook, as_version=4)
-    except Exception:  # noqa: BLE001 - absent or cut off mid-write: nothing to annotate
-        return
-    cell = nbformat.v4.new_markdown_cell(f'<span style="color:red; font-size:1.5em;">{text}</span>')
-    cell.metadata["tags"] = ["bench-sweep-banner"]
-    nb.cells = [c for c in nb.cells if "bench-sweep-banner" not in c.metadata.get("tags", [])]
-    nb.cells.insert(0, cell)
-    results.atomic_write_text(notebook, nbformat.writes(nb))
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGTERM this process when the sweep dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the sweep died before prctl took effect
-        os._exit(EXIT_INTERRUPTED)
-
-
-def _on_term(signum, frame):
-    import psutil
-    with contextlib.suppress(psutil.Error):
-        for proc in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-    os._exit(128 + signum)
-
-
-def child_main(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    signal.signal(signal.SIGTERM, _on_term)
-    _die_with_parent(spec["parent_pid"])
-    import papermill as pm
-    from nbclient.exceptions import DeadKernelError
-    try:
-        pm.execute_notebook(spec["template"], spec["output"], parameters=spec["parameters"],
-                            kernel_name=spec["kernel"], progress_bar=False, log_output=False, cwd=spec["cwd"],
-                            start_timeout=180, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-        outcome = Outcome("ok")
-    except pm.PapermillExecutionError as exc:
-        outcome = Outcome("error", f"{exc.ename}: {first_line(str(exc.evalue))}")
-    except DeadKernelError as exc:
-        outcome = Outcome("crashed", f"the kernel died (DeadKernelError: {first_line(str(exc)) or 'Kernel died'})")
-        _banner(Path(spec["output"]), f"The kernel died during this execution: {outcome.message}.")
-    except Exception as exc:  # noqa: BLE001 - kernel failed to start, notebook unreadable, ...
-        outcome = Outcome("error", error_message(exc))
-    results.atomic_write_text(Path(spec["outcome"]), json.dumps(outcome.__dict__))
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        sys.exit(child_main(sys.argv[2]))
-    sys.exit("usage: python -m bench_core.sweep.execute --child SPEC.json (internal; use `bench sweep FILE`)")
