@@ -36,8 +36,8 @@ import pandas as pd
 from bench_core.measure.noise import disturbances
 
 ROOT = Path(__file__).resolve().parents[1]
-# The line of bench_core/workload/tasks.py that sizes the synthetic input; the slow copy widens it.
-INPUT_LINE = "b, w, h = cfg.batch_size, cfg.width, cfg.height"
+# What sizes the image family's synthetic batch (bench_core/workload/vision.py); the slow copy widens it.
+INPUT_LINE = "(cfg.batch_size, 3, cfg.height, cfg.width)"
 
 
 def cpu_description() -> str:
@@ -59,15 +59,15 @@ def slow_copy(folder: Path, scale: float) -> dict:
     """A copy of bench_core whose synthetic input is `scale` times wider than the configuration says,
     and the environment that makes sweeps (and their notebook kernels) import it."""
     shutil.copytree(ROOT / "bench_core", folder / "bench_core", ignore=shutil.ignore_patterns("__pycache__"))
-    tasks = folder / "bench_core" / "workload" / "tasks.py"
+    tasks = folder / "bench_core" / "workload" / "vision.py"
     text = tasks.read_text()
     if text.count(INPUT_LINE) != 1:
-        raise SystemExit(f"gate_trial: {tasks} no longer has the line {INPUT_LINE!r}: update INPUT_LINE")
-    tasks.write_text(text.replace(INPUT_LINE, f"b, w, h = cfg.batch_size, round(cfg.width * {scale!r}), cfg.height"))
+        raise SystemExit(f"gate_trial: {tasks} no longer has {INPUT_LINE!r}: update INPUT_LINE")
+    tasks.write_text(text.replace(INPUT_LINE, f"(cfg.batch_size, 3, cfg.height, round(cfg.width * {scale!r}))"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])),
            "BENCH_TEMPLATE": str(ROOT / "notebooks" / "benchmark.ipynb"),
            "BENCH_GIT_COMMIT": f"slow-copy-input-x{scale}"}
-    where = subprocess.run([sys.executable, "-c", "import bench_core.workload.tasks as t; print(t.__file__)"],
+    where = subprocess.run([sys.executable, "-c", "import bench_core.workload.vision as t; print(t.__file__)"],
                            env=env, capture_output=True, text=True, check=True, cwd=folder).stdout.strip()
     if not where.startswith(str(folder)):
         raise SystemExit(f"gate_trial: the slow copy is not the bench_core imported ({where})")
