@@ -170,6 +170,15 @@ def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path):
     assert len(assert_store_intact(out)) == 2
 
 
+def template_with(code: str, path: Path) -> Path:
+    """The template with a cell of `code` just after its parameters (where papermill injects its own)."""
+    nb = nbformat.read(find_template(), as_version=4)
+    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(code))
+    nbformat.write(nb, path)
+    return path
+
+
 FAULTS = """# fault injection for tests: a failing cell, a dead kernel, a hung cell (an execution per model)
 import os, signal, time
 if model == "mobilenet_v3_large":
@@ -182,11 +191,7 @@ if model == "resnet18":
 
 @pytest.mark.slow
 def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes_on(tmp_path):
-    nb = nbformat.read(find_template(), as_version=4)
-    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(FAULTS))
-    template = tmp_path / "faulty.ipynb"
-    nbformat.write(nb, template)
+    template = template_with(FAULTS, tmp_path / "faulty.ipynb")
     # Order: the hang first, so the other two show that the sweep went on after a timeout.
     sweep = write_sweep(tmp_path / "faults.yaml", {"model": ["resnet18", "mobilenet_v3_large",
                                                              "torchvision:squeezenet1_0"]}, timeout_s=18)
@@ -223,11 +228,7 @@ os.kill(os.getppid(), signal.SIGTERM)"""
 
 @pytest.mark.slow
 def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed(tmp_path):
-    nb = nbformat.read(find_template(), as_version=4)
-    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(STOPPED_FROM_OUTSIDE))
-    template = tmp_path / "stopped.ipynb"
-    nbformat.write(nb, template)
+    template = template_with(STOPPED_FROM_OUTSIDE, tmp_path / "stopped.ipynb")
     sweep = write_sweep(tmp_path / "stopped.yaml", {"seed": [0]})
     out = tmp_path / "out"
     (run_dir,) = run_dirs(out, sweep)
