@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import json
 import re
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from bench_core.config.schema import BenchConfig
 from bench_core.files import atomic_write_text
 from bench_core.results.config_summary import MACHINE_COLUMNS, SUMMARY_COLUMNS
 from bench_core.results.rows import SCHEMA_VERSION, STATUSES, schema
-from bench_core.workload.models import model_table, params_text
+from bench_core.workload.models import PARAMS_FILE, builtin_parameter_counts, model_table, params_text
 from bench_core.workload.precision import ALIASES, PRECISIONS
 
 EXIT_OK, EXIT_STALE, EXIT_BAD_INPUT = 0, 1, 2
@@ -174,6 +175,11 @@ SECTIONS: dict[str, Callable[[], str]] = {
 }
 
 
+def params_text_file() -> str:
+    """workload/models.PARAMS_FILE as it should be: every built-in model's parameters, counted now."""
+    return json.dumps(builtin_parameter_counts(), indent=1) + "\n"
+
+
 def render(name: str) -> str:
     return SECTIONS[name]()
 
@@ -261,9 +267,15 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.sections:
             raise DocsError("sections: --write and --check act on every marked section; give no names")
-        paths = [Path(p) for p in ((args.write if args.write is not None else args.check) or DOC_FILES)]
+        given = (args.write if args.write is not None else args.check)
+        paths = [Path(p) for p in (given or DOC_FILES)]
         texts = {path: _read_marked(path) for path in paths}  # every file readable before any is written
+        counts = params_text_file() if not given else None  # the models' parameter counts, with every file
         if args.check is not None:
+            if counts is not None and (not PARAMS_FILE.is_file() or PARAMS_FILE.read_text() != counts):
+                print(f"{prog}: {PARAMS_FILE.name}: stale parameter counts; run `python -m bench_core.docs --write`",
+                      file=sys.stderr)
+                return EXIT_STALE
             stale = {path: stale_sections(text) for path, text in texts.items()}
             for path, names in stale.items():
                 if names:
@@ -277,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
             if new != text:
                 atomic_write_text(path, new)
             print(f"{path}: {'rewrote' if new != text else 'already current'}: {', '.join(section_names(text))}")
+        if counts is not None and (not PARAMS_FILE.is_file() or PARAMS_FILE.read_text() != counts):
+            atomic_write_text(PARAMS_FILE, counts)
+            print(f"{PARAMS_FILE.name}: rewrote the models' parameter counts")
         return EXIT_OK
     except DocsError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

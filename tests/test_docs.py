@@ -176,3 +176,20 @@ def test_module_cli_prints_and_checks(tmp_path):
     check = subprocess.run([sys.executable, "-m", "bench_core.docs", "--check", str(page)], capture_output=True,
                            text=True, cwd=ROOT, timeout=120)
     assert check.returncode == 0, check.stderr
+
+
+def test_the_recorded_parameter_counts_are_checked_and_rewritten(tmp_path, monkeypatch, capsys):
+    """bench models reads the models' parameter counts from a generated file: a wrong count there is
+    stale (--check), and --write counts them again."""
+    import json
+
+    from bench_core.workload.models import PARAMS_FILE, count_parameters_of
+    recorded = tmp_path / "model_params.json"
+    counts = json.loads(PARAMS_FILE.read_text())
+    recorded.write_text(json.dumps({**counts, "resnet18": counts["resnet18"] + 1}, indent=1) + "\n")
+    monkeypatch.setattr(docs, "PARAMS_FILE", recorded)
+    monkeypatch.chdir(ROOT)
+    assert docs.main(["--check"]) == docs.EXIT_STALE
+    assert "stale parameter counts" in capsys.readouterr().err
+    assert docs.main(["--write"]) == docs.EXIT_OK and docs.main(["--check"]) == docs.EXIT_OK
+    assert json.loads(recorded.read_text())["resnet18"] == count_parameters_of("resnet18") == 11_689_512
