@@ -49,8 +49,8 @@ _MEASURED = [
     ("device_count", "devices of that type on this host"),
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
-    ("task", "what the model is run for: classification, segmentation, detection, volumetric, masked-lm, "
-             "causal-lm, seq2seq-lm"),
+    ("task", "what the model is run for: classification, segmentation, detection, instance-segmentation, "
+             "volumetric, masked-lm, causal-lm, seq2seq-lm"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
                     "'prompt 256 + 64 new tokens' (a generation)"),
     ("params_count", "parameters of the model as built (sum of numel over model.parameters(), as timm's "

@@ -1,6 +1,7 @@
-"""The detection family: torchvision's SSD300 and Faster R-CNN on synthetic images with random
-boxes and labels. A sample is one image (images/s, MPx/s); the model's own resize is pinned to the
-requested size, so it processes exactly the pixels a row reports.
+"""The detection family: torchvision's SSD300 and Faster R-CNN (detection) and Mask R-CNN (instance
+segmentation) on synthetic images with random boxes and labels, and a random mask per box for Mask
+R-CNN. A sample is one image (images/s, MPx/s); the model's own resize is pinned to the requested
+size, so it processes exactly the pixels a row reports.
 
 torch and torchvision are imported where a batch or a model is made (see family.py).
 """
@@ -17,11 +18,13 @@ BOXES_PER_IMAGE = 4
 
 
 class DetectionTask(ImageTask):
-    """Images as a list (the model batches them itself) with a target dict of boxes and labels each."""
+    """Images as a list (the model batches them itself) with a target dict each: boxes and labels,
+    and with `masks` one random binary mask per box (instance segmentation)."""
     family = "detection"
 
-    def __init__(self):
-        super().__init__("detection", target=None)
+    def __init__(self, name: str = "detection", masks: bool = False):
+        super().__init__(name, target=None)
+        self.masks = masks
 
     def check(self, spec: ModelSpec, cfg) -> None:
         super().check(spec, cfg)
@@ -36,23 +39,33 @@ class DetectionTask(ImageTask):
         generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
         w, h = cfg.width, cfg.height
         images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
-        targets = [_random_boxes(w, h, device, generator) for _ in range(cfg.batch_size)]
+        targets = [random_target(w, h, device, generator, self.masks) for _ in range(cfg.batch_size)]
         return Workload(images, lambda losses: sum(v.float() for v in losses.values()),
                         lambda m: m(images, targets), lambda m: m(images))
 
 
-def _random_boxes(w: int, h: int, device, generator) -> dict:
+def random_target(w: int, h: int, device, generator, masks: bool = False) -> dict:
+    """BOXES_PER_IMAGE random boxes in a w x h image with random labels (and a random mask per box)."""
     import torch
     n = BOXES_PER_IMAGE
     xy = torch.rand((n, 2), device=device, generator=generator) * torch.tensor([w * 0.6, h * 0.6], device=device)
     wh = torch.rand((n, 2), device=device, generator=generator) * torch.tensor([w * 0.3, h * 0.3], device=device) + 4
     boxes = torch.cat([xy, xy + wh], dim=1)
     labels = torch.randint(1, DETECTION_CLASSES, (n,), device=device, generator=generator)
-    return {"boxes": boxes, "labels": labels}
+    target = {"boxes": boxes, "labels": labels}
+    if masks:  # each box's pixels, half of them at random: an object's mask lies inside its box
+        ys = torch.arange(h, device=device).view(1, h, 1)
+        xs = torch.arange(w, device=device).view(1, 1, w)
+        inside = (xs >= boxes[:, 0, None, None]) & (xs < boxes[:, 2, None, None]) & \
+                 (ys >= boxes[:, 1, None, None]) & (ys < boxes[:, 3, None, None])
+        noise = torch.rand((n, h, w), device=device, generator=generator) < 0.5
+        target["masks"] = (inside & noise).to(torch.uint8)
+    return target
 
 
 DETECTION = DetectionTask()
-TASKS = (DETECTION,)
+INSTANCE_SEGMENTATION = DetectionTask("instance-segmentation", masks=True)
+TASKS = (DETECTION, INSTANCE_SEGMENTATION)
 
 
 def _detection(name: str) -> Callable:
@@ -76,4 +89,8 @@ MODELS = (
     ModelSpec("fasterrcnn_resnet50_fpn_v2", DETECTION, _detection("fasterrcnn_resnet50_fpn_v2"),
               default_size=(800, 800, None), min_size=64, aliases=("fasterrcnn",),
               notes="synthetic boxes/labels; transform pinned to the input size"),
+    ModelSpec("maskrcnn_resnet50_fpn_v2", INSTANCE_SEGMENTATION, _detection("maskrcnn_resnet50_fpn_v2"),
+              default_size=(800, 800, None), min_size=64, aliases=("maskrcnn",),
+              notes="instance segmentation: synthetic boxes/labels and a random mask per box; transform pinned to "
+                    "the input size"),
 )
