@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - not on the machines the tests run on
 from bench_core import capability
 from bench_core.capability import Support, cpu_model
 from bench_core.errors import ConfigError
+from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import Precision, resolve_precision
 
 
@@ -111,7 +112,9 @@ def check_runnable(cfg) -> None:
     precision. Each failure is a one-line ConfigError (bad input, exit 2)."""
     device = resolve_device(cfg.device)
     check_device_count(cfg)
-    reason = Backend.for_device(device).unsupported_reason(resolve_precision(cfg.precision))
+    precision = resolve_precision(cfg.precision)
+    reason = Backend.for_device(device).unsupported_reason(precision) or \
+        resolve_model(cfg.model).task.unsupported_precision(precision, device.type)
     if reason:
         raise ConfigError("precision", reason)
 

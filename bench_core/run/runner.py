@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from bench_core.capability import EMULATED, emulated_warning
+from bench_core.capability import EMULATED, UNSUPPORTED, Support, emulated_warning
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
 from bench_core.errors import ConfigError, interrupted_by
@@ -104,6 +104,10 @@ class Session:
         run.update(device_type=device.type, device_name=backend.device_name(), device_count=backend.device_count(),
                    world_size=ctx.world_size, dist_backend=ctx.backend or None)
         found = backend.support(self.precision, cfg.mode)
+        # A precision the device runs can still lack a kernel some of the task's ops need.
+        task_reason = resolve_model(cfg.model).task.unsupported_precision(self.precision, device.type)
+        if task_reason:
+            found = Support(UNSUPPORTED, task_reason)
         run.update(precision_support=found.level, precision_support_reason=found.reason)
         if not found.runs:
             self.failure = failure_row(run, "unsupported", found.reason)

@@ -3,6 +3,9 @@ segmentation) on synthetic images with random boxes and labels, and a random mas
 R-CNN. A sample is one image (images/s, MPx/s); the model's own resize is pinned to the requested
 size, so it processes exactly the pixels a row reports.
 
+torchvision's box ops lack kernels for some dtypes (MISSING_BOX_KERNELS): a pure cast to one of
+them is refused on that device, with the reason; autocast (amp-*) runs those ops in float32.
+
 torch and torchvision are imported where a batch or a model is made (see family.py).
 """
 from __future__ import annotations
@@ -16,6 +19,19 @@ from bench_core.workload.vision import ImageTask
 DETECTION_CLASSES = 91
 BOXES_PER_IMAGE = 4
 
+# The dtypes each device's torchvision box ops have no kernel for, and which ops. Read from torchvision
+# 0.29.1: its CUDA kernels (the wheel's fatbinary instantiates nms, roi_align, roi_pool, ps_roi_align,
+# ps_roi_pool and deform_conv2d for float, double and Half only: AT_DISPATCH_FLOATING_TYPES_AND_HALF in
+# csrc/ops/cuda/nms_kernel.cu) and its CPU kernels (nms: float and double; roi_align: Half too). Every
+# detection model calls nms, the R-CNNs roi_align too; a pure cast runs them in its dtype and fails
+# ("nms_kernel" not implemented for 'BFloat16'). torchvision registers autocast wrappers that cast their
+# inputs to float32, so amp-* runs them. tests/test_instance_segmentation.py checks these entries against
+# the installed torchvision.
+MISSING_BOX_KERNELS = {
+    "cuda": {"bfloat16": ("nms", "roi_align")},
+    "cpu": {"bfloat16": ("nms", "roi_align"), "float16": ("nms",)},
+}
+
 
 class DetectionTask(ImageTask):
     """Images as a list (the model batches them itself) with a target dict each: boxes and labels,
@@ -25,6 +41,14 @@ class DetectionTask(ImageTask):
     def __init__(self, name: str = "detection", masks: bool = False):
         super().__init__(name, target=None)
         self.masks = masks
+
+    def unsupported_precision(self, precision, device_type: str) -> str | None:
+        ops = MISSING_BOX_KERNELS.get(device_type, {}).get(precision.cast_dtype or "")
+        if not ops:
+            return None
+        return (f"pure {precision.name} is not run for {self.name} models on {device_type}: torchvision's "
+                f"{' and '.join(ops)} {'have' if len(ops) > 1 else 'has'} no {precision.cast_dtype} {device_type} "
+                f"kernel; amp-{precision.name} runs {'them' if len(ops) > 1 else 'it'} in float32, as autocast does")
 
     def check(self, spec: ModelSpec, cfg) -> None:
         super().check(spec, cfg)

@@ -86,6 +86,10 @@ class Task:
         """Row columns read off the built model (e.g. the attention implementation)."""
         return {}
 
+    def unsupported_precision(self, precision, device_type: str) -> str | None:
+        """Why this task cannot run `precision` on a `device_type` device (a kernel its ops lack), or None."""
+        return None
+
     def formula_flops(self, model, cfg) -> tuple[float, str] | None:
         """FLOPs per sample by the task's standard formula and the formula's name, where it has one
         (MFU then divides it, and the FLOP counter's figure is recorded beside it); None: counted."""
