@@ -194,3 +194,26 @@ def test_bench_diff_compares_only_configurations_with_the_same_tables(tmp_path):
     diff = summary.diff_results(old, new)
     assert diff.compared == 1 and sorted(diff.table["side"]) == ["both", "new only"]
     assert diff.table["configuration"].str.contains("of 2000 rows").any()
+
+
+@pytest.mark.parametrize("version, files, free", [
+    ("v2", {"memory.max": "1000000", "memory.current": "600000", "memory.stat": "anon 1\ninactive_file 100000\n"},
+     500000),
+    ("v2", {"memory.max": "max", "memory.current": "600000", "memory.stat": "inactive_file 0\n"}, None),
+    ("v1", {"memory.limit_in_bytes": "1000000", "memory.usage_in_bytes": "900000",
+            "memory.stat": "cache 5\ntotal_inactive_file 200000\n"}, 300000),
+    ("v1", {"memory.limit_in_bytes": "9223372036854771712", "memory.usage_in_bytes": "1",  # v1's "no limit"
+            "memory.stat": ""}, None),
+    ("v2", {"memory.max": "1000", "memory.current": "5000", "memory.stat": ""}, 0),  # over the limit
+])
+def test_free_memory_under_a_cgroup_limit_counts_the_reclaimable_cache_as_free(tmp_path, version, files, free):
+    # Stand-ins for /proc/self/cgroup and /sys/fs/cgroup as a container or a SLURM job has them.
+    from bench_core.devices import cgroup_free_bytes
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/job/42\n" if version == "v2" else "5:cpu,cpuacct:/job/42\n4:memory:/job/42\n")
+    base = tmp_path / "fs" / ("" if version == "v2" else "memory") / "job" / "42"
+    base.mkdir(parents=True)
+    for name, text in files.items():
+        (base / name).write_text(text)
+    assert cgroup_free_bytes(proc, tmp_path / "fs") == free
+    assert cgroup_free_bytes(tmp_path / "no-such-file", tmp_path / "fs") is None
