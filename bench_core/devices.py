@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import torch
@@ -21,6 +22,7 @@ except ImportError:  # pragma: no cover - not on the machines the tests run on
 from bench_core import capability
 from bench_core.capability import Support, cpu_model
 from bench_core.errors import ConfigError
+from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import Precision, resolve_precision
 
 
@@ -106,12 +108,35 @@ def is_library_alloc_failure(message: str | None) -> bool:
     return bool(_LIBRARY_ALLOC_FAILED.search(message or ""))
 
 
+def cgroup_free_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes left under this process's cgroup memory limit (v2, or v1's memory controller: a container's
+    --memory, a SLURM job's), as `docker stats` counts: limit - (usage - inactive file cache). None: no limit."""
+    try:
+        entries = [line.split(":", 2) for line in proc_cgroup.read_text().splitlines()]
+    except OSError:
+        return None
+    for _, controllers, path in (e for e in entries if len(e) == 3 and (e[1] == "" or "memory" in e[1].split(","))):
+        v2 = controllers == ""
+        base = root / ("" if v2 else "memory") / path.lstrip("/")
+        try:
+            limit = (base / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
+            used = int((base / ("memory.current" if v2 else "memory.usage_in_bytes")).read_text())
+            stat = dict(e.split()[:2] for e in (base / "memory.stat").read_text().splitlines() if " " in e)
+            if limit != "max" and int(limit) < 2**60:  # v1 writes "no limit" as a page-rounded 2^63
+                return max(int(limit) - used + int(stat.get("inactive_file" if v2 else "total_inactive_file", 0)), 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def check_runnable(cfg) -> None:
     """Before anything runs: the device exists, there are enough of them, and it can run the
     precision. Each failure is a one-line ConfigError (bad input, exit 2)."""
     device = resolve_device(cfg.device)
     check_device_count(cfg)
-    reason = Backend.for_device(device).unsupported_reason(resolve_precision(cfg.precision))
+    precision = resolve_precision(cfg.precision)
+    reason = Backend.for_device(device).unsupported_reason(precision) or \
+        resolve_model(cfg.model).task.unsupported_precision(precision, device.type)
     if reason:
         raise ConfigError("precision", reason)
 
@@ -293,6 +318,11 @@ class Backend:
         keeps no per-device count (on CPU the process's RSS is all there is)."""
         return None
 
+    def free_memory_bytes(self) -> int | None:
+        """Bytes new tensors can take now: MemAvailable, or less under a cgroup memory limit."""
+        free, limited = psutil.virtual_memory().available, cgroup_free_bytes()
+        return free if limited is None else min(free, limited)
+
     def is_oom(self, exc: BaseException) -> bool:
         if isinstance(exc, MemoryError):
             return True
@@ -345,6 +375,9 @@ class CudaBackend(Backend):
 
     def allocated_bytes(self) -> int | None:
         return torch.cuda.memory_allocated(self.device)  # 0 before CUDA is initialised (no context made)
+
+    def free_memory_bytes(self) -> int | None:
+        return torch.cuda.mem_get_info(self.device)[0]  # cudaMemGetInfo: what this process can still allocate
 
     def is_oom(self, exc: BaseException) -> bool:
         # super() also takes the cuBLAS / cuDNN ALLOC_FAILED statuses (is_library_alloc_failure)

@@ -6,27 +6,31 @@ from bench_core.cli import main as bench
 from bench_core.workload.models import REGISTRY, model_table, resolve_model
 from conftest import tiny
 
-# The smallest sizes each model accepts (detection and 3D models have their own floors).
+# The smallest sizes each model accepts (detection and 3D models have their own floors), and a batch of one
+# where a model's cost is per image whatever its size (Mask R-CNN samples 512 regions per image).
 SMALL = {"ssd300_vgg16": dict(width=300, height=300),
          "fasterrcnn_resnet50_fpn_v2": dict(width=64, height=64),
+         "maskrcnn_resnet50_fpn_v2": dict(width=64, height=64, batch_size=1),
          "unet3d": dict(width=16, height=16, depth=16)}
 SLOW = {"swin_b", "fasterrcnn_resnet50_fpn_v2", "ssd300_vgg16", "convnext_base", "vgg16", "resnext50_32x4d"}
 # Image and 3D models; text models run in tests/test_text.py (tiny configurations of the same architectures:
-# llama-8b alone would need 32 GB to build in fp32).
-BUILTIN = [row["name"] for row in model_table() if ":" not in row["name"] and REGISTRY[row["name"]].task.family != "text"]
+# llama-8b alone would need 32 GB to build in fp32), recommendation models in tests/test_recommendation.py
+# (tiny tables: the default ones are 6.7 GB).
+BUILTIN = [row["name"] for row in model_table()
+           if ":" not in row["name"] and REGISTRY[row["name"]].task.family not in ("text", "recommendation")]
 
 
 @pytest.mark.parametrize("mode", ["train", "infer"])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in BUILTIN])
 def test_every_listed_model_runs_both_modes(name, mode):
-    cfg = tiny(model=name, mode=mode, batch_size=2, steps=1, warmup_steps=0, **SMALL.get(name, {}))
+    cfg = tiny(**{"model": name, "mode": mode, "batch_size": 2, "steps": 1, "warmup_steps": 0, **SMALL.get(name, {})})
     row = run_benchmark(cfg)[0]
     assert row["status"] == "ok", row["message"]
     assert row["samples_per_s"] > 0 and row["loss_finite"]
     if REGISTRY[name].task.name == "volumetric":
-        assert row["mvox_per_s"] > 0 and row["mpx_per_s"] is None
+        assert row["mvox_per_s"] > 0 and row["mpx_per_s"] is None and row["throughput_unit"] == "volumes/s"
     else:
-        assert row["mpx_per_s"] > 0 and row["mvox_per_s"] is None
+        assert row["mpx_per_s"] > 0 and row["mvox_per_s"] is None and row["throughput_unit"] == "images/s"
 
 
 def test_every_listed_model_is_in_bench_models(capsys):
@@ -57,6 +61,7 @@ def test_timm_and_torchvision_prefixes_run():
     (dict(model="vit_b_16", width=40, height=40), "width"),       # multiple of 16
     (dict(model="unet_resnet50", width=48, height=48), "width"),  # multiple of 32
     (dict(model="ssd300_vgg16", width=128, height=128), "width"), # at least 300
+    (dict(model="maskrcnn", width=32, height=64), "width"),       # at least 64
     (dict(model="resnet18", depth=8), "depth"),                   # 2D model
     (dict(model="timm:no_such_model"), "model"),
     (dict(model="torchvision:no_such_model"), "model"),
@@ -72,7 +77,7 @@ def test_vit_adapts_to_the_requested_size():
     assert row["status"] == "ok" and row["input_shape"] == "3x32x32"
 
 
-@pytest.mark.parametrize("name", ["ssd300_vgg16", "fasterrcnn_resnet50_fpn_v2"])
+@pytest.mark.parametrize("name", ["ssd300_vgg16", "fasterrcnn_resnet50_fpn_v2", "maskrcnn_resnet50_fpn_v2"])
 def test_detection_models_process_the_size_they_report(name):
     # torchvision resizes inside the model; the benchmark must run at the size it reports.
     import torch

@@ -191,6 +191,8 @@ def format_rows(rows: list[dict]) -> str:
     """Per-repeat table plus the median line, the way a person reads a benchmark."""
     import pandas as pd
     table = pd.DataFrame(rows)
+    if "embedding_bytes_per_s" in table:
+        table["embedding_gb_per_s"] = pd.to_numeric(table["embedding_bytes_per_s"]) / 1e9
     ok = table[table["status"] == "ok"]
     searched = " (batch_size max: found by search)" if rows[0].get("batch_size_requested") == "max" else ""
     head = (f"{rows[0]['model']} {rows[0]['mode']} {rows[0]['precision']} batch {rows[0]['batch_size']}{searched}"
@@ -201,9 +203,10 @@ def format_rows(rows: list[dict]) -> str:
     cols = {"repeat": "repeat", "status": "status", "samples_per_s": samples, "batches_per_s": "batches/s",
             "step_time_ms_median": "step ms (median)", "step_time_ms_p5": "p5", "step_time_ms_p95": "p95",
             "step_time_cv": "CV", "timed_steps": "steps", "timed_s": "window s"}
-    # The task's own rates, where it has them: tokens/s (and generate's phases), MVox/s, MPx/s.
+    # The task's own rates, where it has them: tokens/s (and generate's phases), MVox/s, MPx/s, embedding GB/s.
     extra = {"tokens_per_s": "tokens/s", "ttft_ms_median": "TTFT ms", "decode_tokens_per_s": "decode tok/s",
-             "itl_ms_median": "ITL ms", "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s"}
+             "itl_ms_median": "ITL ms", "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s",
+             "embedding_gb_per_s": "embedding GB/s"}
     cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
     shown = table[list(cols)].rename(columns=cols)
     median = ok[[c for c in cols if c not in ("repeat", "status")]].median(numeric_only=True)
@@ -218,6 +221,8 @@ def format_rows(rows: list[dict]) -> str:
         extras.append(f"peak memory {mem / 2**20:.0f} MiB")
     if rows[0].get("kv_cache_bytes"):
         extras.append(f"KV cache {rows[0]['kv_cache_bytes'] / 2**20:.3g} MiB")
+    if rows[0].get("embedding_table_bytes"):
+        extras.append(f"embedding tables {rows[0]['embedding_table_bytes'] / 2**30:.3g} GiB")
     if rows[0].get("batch_search"):
         extras.append(rows[0]["batch_search"])
     return head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n" + \

@@ -25,7 +25,8 @@ DEFAULT_MAX_BATCH = 4096     # the search's default cap
 SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
 # Fields added after results were first recorded: they count in a configuration's hash only when set,
 # so a configuration measured before they existed keeps its hash (a sweep re-run finds it complete).
-HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens")
+HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
+                   "indices_per_lookup", "zipf_exponent")
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -65,6 +66,16 @@ class BenchConfig:
     prompt_len: int | None = field(default=None, metadata=_opt("prompt tokens per sequence, mode generate (default 256)"))
     new_tokens: int | None = field(default=None, metadata=_opt(
         "tokens generated per sequence, exactly, mode generate (default 64)"))
+    num_tables: int | None = field(default=None, metadata=_opt(
+        "embedding tables (sparse features), recommendation models (default: the model's, 26)"))
+    rows_per_table: int | None = field(default=None, metadata=_opt(
+        "rows of each embedding table, recommendation models (default 500000)"))
+    embedding_dim: int | None = field(default=None, metadata=_opt(
+        "width of an embedding row, recommendation models (default: the model's, 128)"))
+    indices_per_lookup: int | None = field(default=None, metadata=_opt(
+        "indices summed per table and sample (multi-hot size), recommendation models (default: the model's)"))
+    zipf_exponent: float | None = field(default=None, metadata=_opt(
+        "power-law skew of the embedding indices, recommendation models (default 1.05; 0: uniform)"))
     steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
     min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
     warmup_steps: int = field(default=5, metadata=_opt(
@@ -272,6 +283,11 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.seq_len = _as_int("seq_len", cfg.seq_len, minimum=1, optional=True)
     cfg.prompt_len = _as_int("prompt_len", cfg.prompt_len, minimum=1, optional=True)
     cfg.new_tokens = _as_int("new_tokens", cfg.new_tokens, minimum=1, optional=True)
+    cfg.num_tables = _as_int("num_tables", cfg.num_tables, minimum=1, optional=True)
+    cfg.rows_per_table = _as_int("rows_per_table", cfg.rows_per_table, minimum=1, optional=True)
+    cfg.embedding_dim = _as_int("embedding_dim", cfg.embedding_dim, minimum=1, optional=True)
+    cfg.indices_per_lookup = _as_int("indices_per_lookup", cfg.indices_per_lookup, minimum=1, optional=True)
+    cfg.zipf_exponent = _as_float("zipf_exponent", cfg.zipf_exponent, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
 
 

@@ -22,8 +22,8 @@ def _flops_columns(row: dict) -> dict:
     per_sample, samples_per_s = row.get("flops_per_sample"), row.get("samples_per_s")
     achieved = per_sample * samples_per_s / 1e12 if per_sample and samples_per_s else None
     out = {"achieved_tflops": achieved}
-    if not row.get("device_type") or not row.get("precision"):
-        return out
+    if not row.get("device_type") or not row.get("precision") or row.get("mfu_note"):
+        return out  # mfu_note: the task says why MFU does not apply (memory-bound lookups): no peak, no MFU
     # Measure a missing CPU peak only when there is something to divide (it takes ~1-2 s).
     peak = flops.peak_for(row["device_type"], row.get("device_name"), row["precision"],
                           threads=row.get("threads"), measure=achieved is not None)

@@ -20,7 +20,8 @@ from bench_core.config.schema import BenchConfig
 #    (ttft, prefill and decode rates, inter-token latency, output tokens, KV cache), attn_implementation,
 #    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million; power_method (how
 #    power_w_mean was measured); slurm_job_id, slurm_array_task_id, slurm_node, slurm_restart_count,
-#    slurm_exclusive (rows run under SLURM)
+#    slurm_exclusive (rows run under SLURM); recommendation: num_tables, rows_per_table, embedding_dim,
+#    indices_per_lookup, zipf_exponent, embedding_table_bytes, embedding_bytes_per_s, mfu_note
 SCHEMA_VERSION = 5
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -49,8 +50,8 @@ _MEASURED = [
     ("device_count", "devices of that type on this host"),
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
-    ("task", "what the model is run for: classification, segmentation, detection, volumetric, masked-lm, "
-             "causal-lm, seq2seq-lm"),
+    ("task", "what the model is run for: classification, segmentation, detection, instance-segmentation, "
+             "volumetric, masked-lm, causal-lm, seq2seq-lm, recommendation"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
                     "'prompt 256 + 64 new tokens' (a generation)"),
     ("params_count", "parameters of the model as built (sum of numel over model.parameters(), as timm's "
@@ -58,15 +59,22 @@ _MEASURED = [
     ("timed_steps", "steps in the timed window"),
     ("timed_s", "wall seconds of the timed window (slowest rank)"),
     ("samples_per_s", "global batch x timed steps / timed seconds; a sample is what sample_unit says (an image, "
-                      "a volume, a sequence)"),
-    ("sample_unit", "what samples_per_s counts: images/s, volumes/s or sequences/s"),
-    ("throughput", "the rate in the workload's own unit (throughput_unit): samples_per_s for images and volumes, "
-                   "tokens_per_s for text"),
-    ("throughput_unit", "images/s | volumes/s | tokens/s: what a table or chart of throughput is in (never mixed on "
-                        "one axis)"),
+                      "a volume, a sequence, a recommendation example)"),
+    ("sample_unit", "what samples_per_s counts: images/s, volumes/s, sequences/s or samples/s"),
+    ("throughput", "the rate in the workload's own unit (throughput_unit): samples_per_s for images, volumes and "
+                   "recommendation examples, tokens_per_s for text"),
+    ("throughput_unit", "images/s | volumes/s | tokens/s | samples/s: what a table or chart of throughput is in "
+                        "(never mixed on one axis)"),
     ("tokens_per_s", "text: global batch x seq_len x timed steps / timed seconds in train and infer (every token of "
                      "the sequence); in generate the output tokens: global batch x new_tokens x calls / timed "
                      "seconds (prompt tokens not counted)"),
+    ("embedding_bytes_per_s", "recommendation: embedding bytes moved per second, samples_per_s x bytes per sample "
+                              "counted as FBGEMM's embedding benchmark does: num_tables x embedding_dim x element "
+                              "size x (indices_per_lookup rows read + 1 pooled row written) in infer, 3 times that "
+                              "in train (the backward reads and writes the looked-up rows); what the lookups need, "
+                              "not measured traffic"),
+    ("embedding_table_bytes", "recommendation: bytes of all embedding tables (num_tables x rows_per_table x "
+                              "embedding_dim x element size); also on a run that failed to build them"),
     ("samples_per_s_per_device", "samples_per_s / world_size"),
     ("batches_per_s", "timed steps x world size / timed seconds"),
     ("mpx_per_s", "width x height x global batch x steps / (seconds x 1e6); 2D models"),
@@ -146,7 +154,10 @@ _EFFICIENCY = [
     ("achieved_tflops", "flops_per_sample x samples_per_s / 1e12"),
     ("peak_tflops", "dense peak TFLOP/s per device for the precision used"),
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),
-    ("mfu", "achieved_tflops / (peak_tflops x world_size); empty when above 1 (see mfu_rejected)"),
+    ("mfu", "achieved_tflops / (peak_tflops x world_size); empty when above 1 (see mfu_rejected) or where the task "
+            "says MFU does not apply (mfu_note)"),
+    ("mfu_note", "why mfu is empty by the task's own account (recommendation: memory-bound embedding lookups "
+                 "have almost no FLOPs; see embedding_bytes_per_s)"),
     ("mfu_rejected", "an MFU above 1, not shown as mfu: the peak it divides by is too low (flagged)"),
     ("samples_per_j", "per-device samples in the window / device energy_j (or / power_w_mean)"),
     ("j_per_1k_samples", "joules per 1000 samples"),

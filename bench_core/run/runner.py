@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from bench_core.capability import EMULATED, emulated_warning
+from bench_core.capability import EMULATED, UNSUPPORTED, Support, emulated_warning
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
 from bench_core.errors import ConfigError, interrupted_by
@@ -104,6 +104,10 @@ class Session:
         run.update(device_type=device.type, device_name=backend.device_name(), device_count=backend.device_count(),
                    world_size=ctx.world_size, dist_backend=ctx.backend or None)
         found = backend.support(self.precision, cfg.mode)
+        # A precision the device runs can still lack a kernel some of the task's ops need.
+        task_reason = resolve_model(cfg.model).task.unsupported_precision(self.precision, device.type)
+        if task_reason:
+            found = Support(UNSUPPORTED, task_reason)
         run.update(precision_support=found.level, precision_support_reason=found.reason)
         if not found.runs:
             self.failure = failure_row(run, "unsupported", found.reason)
@@ -141,10 +145,13 @@ class Session:
         self._apply_knobs()
         self.spec = spec = resolve_model(cfg.model)
         task = spec.task
+        run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
+        _check_fits(task.memory_needed(cfg), backend)
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
             model = spec.build(cfg).to(device)
         run["params_count"] = count_parameters(model)  # every later row of this run carries it
-        run.update(task=task.name, sample_unit=f"{task.sample}s/s", throughput_unit=task.unit, **task.model_facts(model))
+        run.update(task=task.name, sample_unit=f"{task.sample}s/s", throughput_unit=task.unit, mfu_note=task.mfu_note,
+                   **task.model_facts(model))
         formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
         if precision.cast_dtype:
@@ -217,6 +224,16 @@ class Session:
             return None
 
 
+def _check_fits(needed: tuple[int, str] | None, backend: Backend) -> None:
+    """MemoryError (an `oom` row) when what the model needs at least exceeds the device's free memory,
+    before allocating any of it: on Linux a CPU allocation beyond what is free can succeed (overcommit),
+    and the OOM killer then ends the process as its pages are touched, leaving no row at all."""
+    free = backend.free_memory_bytes() if needed else None
+    if free is not None and needed[0] > free:
+        raise MemoryError(f"{needed[1]} need {needed[0] / 2**30:.4g} GiB; {backend.device} has "
+                          f"{free / 2**30:.4g} GiB free")
+
+
 def _all_ranks_memory(stats: dict, ctx) -> dict:
     """Peak memory of the row: the largest over ranks (the device that runs out first), not the writer's."""
     if ctx.world_size == 1:
@@ -262,7 +279,7 @@ def _make_step(cfg, model, workload, precision: Precision, device):
                 last[0] = call(model)
         return infer_step, last
 
-    optimizer = _optimizer(cfg.optimizer, model)
+    optimizer = workload.make_optimizer(model) if workload.make_optimizer else _optimizer(cfg.optimizer, model)
     scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
     call, loss_of = workload.train_call, workload.loss
 

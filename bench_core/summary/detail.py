@@ -133,8 +133,11 @@ def show_efficiency(res: Results) -> None:
         return
     wanted = {"MFU": "mfu", "energy per sample": "j_per_1k_samples", "perf per watt": "samples_per_s_per_w",
               "cost per million samples": "cost_per_million_samples"}
+    without_mfu = table["mfu_note"].map(is_present)  # the task says why MFU does not apply (recommendation)
+    for reason, models in table[without_mfu].groupby("mfu_note")["model"]:
+        note(f"No MFU for {', '.join(sorted(set(models)))}: {reason}.")
     for what, column in wanted.items():
-        if table[column].notna().any():
+        if table[column].notna().any() or (column == "mfu" and without_mfu.all()):
             continue
         reason = {"mfu": "no peak FLOP/s is known for these devices (run `bench peak` on a CPU machine; "
                          "GPUs need an entry in the peak table)",
@@ -147,7 +150,8 @@ def show_efficiency(res: Results) -> None:
     if notes:
         note("Telemetry notes: " + "; ".join(notes))
     several = table["machine"].nunique() > 1
-    table = table.assign(mfu_pct=table["mfu"] * 100, label=label_columns(table, always=("precision",) if several else ()))
+    table = table.assign(mfu_pct=table["mfu"] * 100, embedding_gb_per_s=table["embedding_bytes_per_s"] / 1e9,
+                         label=label_columns(table, always=("precision",) if several else ()))
     for column, ylabel in (("mfu_pct", "MFU, % of peak"), ("j_per_1k_samples", "joules per 1000 samples"),
                            ("cost_per_million_samples", "cost per million samples")):
         data = table.dropna(subset=[column])
@@ -164,7 +168,8 @@ def show_efficiency(res: Results) -> None:
         show_figure(g.figure, ylabel)
     columns = {"machine": "machine", "config": "configuration", "samples_per_s": "samples/s",
                "achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu_pct": "MFU %",
-               "peak_source": "peak source", "power_w_mean": "mean power W", "samples_per_j": "samples/J",
+               "peak_source": "peak source", "embedding_gb_per_s": "embedding GB/s", "power_w_mean": "mean power W",
+               "samples_per_j": "samples/J",
                "j_per_1k_samples": "J / 1k samples", "samples_per_s_per_w": "samples/s per W",
                "energy_method": "energy from", "price_per_hour": "price / hour",
                "cost_per_million_samples": "cost / million samples"}

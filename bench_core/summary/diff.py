@@ -35,12 +35,15 @@ from bench_core.results.comparison import (
 from bench_core.summary.html import esc, table_html
 from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
 from bench_core.summary.text import int_text, is_present, num_text
+from bench_core.workload.family import SHAPE_FIELDS
 
 NAN = float("nan")
 FAIL_ABOVE = 0.05  # a configuration slower by more than 5 %, with confidence, is a regression
 
-KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "depth_key", "world_size_key",
-       "compile", "channels_last", "device_kind"]
+# Every other field that shapes an input (seq_len, rows_per_table, ...): configurations that differ in one differ.
+OTHER_SHAPES = [name for name in SHAPE_FIELDS if name not in ("width", "height", "depth")]
+KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "depth_key",
+       *(f"{name}_key" for name in OTHER_SHAPES), "world_size_key", "compile", "channels_last", "device_kind"]
 
 # Environment columns whose change can explain a change of speed; only those that differ are shown.
 ENVIRONMENT_CHANGES = [
@@ -243,6 +246,8 @@ def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
     rows["batch"] = [("max" if searched else int_text(b)) for searched, b in zip(rows["batch_searched"], rows["batch_size"])]
     for name in ("width", "height", "depth", "world_size"):
         rows[f"{name}_key"] = [int_text(v) if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
+    for name in OTHER_SHAPES:  # exact: 2147483648 rows is not 2.15e+09
+        rows[f"{name}_key"] = [f"{v:.12g}" if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
     asked = rows["device"].astype(str).str.split(":").str[0]
     kind = rows["device_type"].where(rows["device_type"].map(is_present), asked)
     for side, group in rows.groupby("side"):  # 'auto' in a failure row: the directory's one kind of device

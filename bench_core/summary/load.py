@@ -36,6 +36,8 @@ NUMERIC = [
     "seq_len", "prompt_len", "new_tokens", "throughput", "tokens_per_s", "output_tokens", "ttft_ms_median",
     "ttft_ms_p95", "prefill_tokens_per_s", "decode_s", "decode_tokens_per_s", "itl_ms_median", "itl_ms_p95",
     "kv_cache_bytes", "flops_per_sample_counted", "cost_per_million",
+    "num_tables", "rows_per_table", "embedding_dim", "indices_per_lookup", "zipf_exponent", "embedding_table_bytes",
+    "embedding_bytes_per_s",
 ]
 
 

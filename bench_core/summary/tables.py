@@ -204,7 +204,8 @@ def efficiency_text(devices, efficiency, low, high) -> str:
 
 
 def efficiency_table(res: Results) -> pd.DataFrame:
-    """Median per configuration of MFU, energy, perf per watt and cost, with where the numbers come from."""
+    """Median per configuration of MFU (or why the task has none, and its embedding bytes/s), energy, perf
+    per watt and cost, with where the numbers come from."""
     ok = res.ok
     if ok.empty:
         return pd.DataFrame()
@@ -216,6 +217,7 @@ def efficiency_table(res: Results) -> pd.DataFrame:
         j_per_1k_samples=("j_per_1k_samples", "median"), samples_per_s_per_w=("samples_per_s_per_w", "median"),
         energy_method=("energy_method", first), price_per_hour=("price_per_hour", "median"),
         cost_per_million_samples=("cost_per_million_samples", "median"), telemetry_note=("telemetry_note", first),
+        mfu_note=("mfu_note", first), embedding_bytes_per_s=("embedding_bytes_per_s", "median"),
     ).reset_index()
     return sort_table(table)
 

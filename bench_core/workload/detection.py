@@ -1,6 +1,10 @@
-"""The detection family: torchvision's SSD300 and Faster R-CNN on synthetic images with random
-boxes and labels. A sample is one image (images/s, MPx/s); the model's own resize is pinned to the
-requested size, so it processes exactly the pixels a row reports.
+"""The detection family: torchvision's SSD300 and Faster R-CNN (detection) and Mask R-CNN (instance
+segmentation) on synthetic images with random boxes and labels, and a random mask per box for Mask
+R-CNN. A sample is one image (images/s, MPx/s); the model's own resize is pinned to the requested
+size, so it processes exactly the pixels a row reports.
+
+torchvision's box ops lack kernels for some dtypes (MISSING_BOX_KERNELS): a pure cast to one of
+them is refused on that device, with the reason; autocast (amp-*) runs those ops in float32.
 
 torch and torchvision are imported where a batch or a model is made (see family.py).
 """
@@ -15,13 +19,36 @@ from bench_core.workload.vision import ImageTask
 DETECTION_CLASSES = 91
 BOXES_PER_IMAGE = 4
 
+# The dtypes each device's torchvision box ops have no kernel for, and which ops. Read from torchvision
+# 0.29.1: its CUDA kernels (the wheel's fatbinary instantiates nms, roi_align, roi_pool, ps_roi_align,
+# ps_roi_pool and deform_conv2d for float, double and Half only: AT_DISPATCH_FLOATING_TYPES_AND_HALF in
+# csrc/ops/cuda/nms_kernel.cu) and its CPU kernels (nms: float and double; roi_align: Half too). Every
+# detection model calls nms, the R-CNNs roi_align too; a pure cast runs them in its dtype and fails
+# ("nms_kernel" not implemented for 'BFloat16'). torchvision registers autocast wrappers that cast their
+# inputs to float32, so amp-* runs them. tests/test_instance_segmentation.py checks these entries against
+# the installed torchvision.
+MISSING_BOX_KERNELS = {
+    "cuda": {"bfloat16": ("nms", "roi_align")},
+    "cpu": {"bfloat16": ("nms", "roi_align"), "float16": ("nms",)},
+}
+
 
 class DetectionTask(ImageTask):
-    """Images as a list (the model batches them itself) with a target dict of boxes and labels each."""
+    """Images as a list (the model batches them itself) with a target dict each: boxes and labels,
+    and with `masks` one random binary mask per box (instance segmentation)."""
     family = "detection"
 
-    def __init__(self):
-        super().__init__("detection", target=None)
+    def __init__(self, name: str = "detection", masks: bool = False):
+        super().__init__(name, target=None)
+        self.masks = masks
+
+    def unsupported_precision(self, precision, device_type: str) -> str | None:
+        ops = MISSING_BOX_KERNELS.get(device_type, {}).get(precision.cast_dtype or "")
+        if not ops:
+            return None
+        return (f"pure {precision.name} is not run for {self.name} models on {device_type}: torchvision's "
+                f"{' and '.join(ops)} {'have' if len(ops) > 1 else 'has'} no {precision.cast_dtype} {device_type} "
+                f"kernel; amp-{precision.name} runs {'them' if len(ops) > 1 else 'it'} in float32, as autocast does")
 
     def check(self, spec: ModelSpec, cfg) -> None:
         super().check(spec, cfg)
@@ -36,23 +63,33 @@ class DetectionTask(ImageTask):
         generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
         w, h = cfg.width, cfg.height
         images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
-        targets = [_random_boxes(w, h, device, generator) for _ in range(cfg.batch_size)]
+        targets = [random_target(w, h, device, generator, self.masks) for _ in range(cfg.batch_size)]
         return Workload(images, lambda losses: sum(v.float() for v in losses.values()),
                         lambda m: m(images, targets), lambda m: m(images))
 
 
-def _random_boxes(w: int, h: int, device, generator) -> dict:
+def random_target(w: int, h: int, device, generator, masks: bool = False) -> dict:
+    """BOXES_PER_IMAGE random boxes in a w x h image with random labels (and a random mask per box)."""
     import torch
     n = BOXES_PER_IMAGE
     xy = torch.rand((n, 2), device=device, generator=generator) * torch.tensor([w * 0.6, h * 0.6], device=device)
     wh = torch.rand((n, 2), device=device, generator=generator) * torch.tensor([w * 0.3, h * 0.3], device=device) + 4
     boxes = torch.cat([xy, xy + wh], dim=1)
     labels = torch.randint(1, DETECTION_CLASSES, (n,), device=device, generator=generator)
-    return {"boxes": boxes, "labels": labels}
+    target = {"boxes": boxes, "labels": labels}
+    if masks:  # each box's pixels, half of them at random: an object's mask lies inside its box
+        ys = torch.arange(h, device=device).view(1, h, 1)
+        xs = torch.arange(w, device=device).view(1, 1, w)
+        inside = (xs >= boxes[:, 0, None, None]) & (xs < boxes[:, 2, None, None]) & \
+                 (ys >= boxes[:, 1, None, None]) & (ys < boxes[:, 3, None, None])
+        noise = torch.rand((n, h, w), device=device, generator=generator) < 0.5
+        target["masks"] = (inside & noise).to(torch.uint8)
+    return target
 
 
 DETECTION = DetectionTask()
-TASKS = (DETECTION,)
+INSTANCE_SEGMENTATION = DetectionTask("instance-segmentation", masks=True)
+TASKS = (DETECTION, INSTANCE_SEGMENTATION)
 
 
 def _detection(name: str) -> Callable:
@@ -76,4 +113,8 @@ MODELS = (
     ModelSpec("fasterrcnn_resnet50_fpn_v2", DETECTION, _detection("fasterrcnn_resnet50_fpn_v2"),
               default_size=(800, 800, None), min_size=64, aliases=("fasterrcnn",),
               notes="synthetic boxes/labels; transform pinned to the input size"),
+    ModelSpec("maskrcnn_resnet50_fpn_v2", INSTANCE_SEGMENTATION, _detection("maskrcnn_resnet50_fpn_v2"),
+              default_size=(800, 800, None), min_size=64, aliases=("maskrcnn",),
+              notes="instance segmentation: synthetic boxes/labels and a random mask per box; transform pinned to "
+                    "the input size"),
 )

@@ -17,7 +17,9 @@ from bench_core.errors import ConfigError
 # task does not read it is refused with this text.
 SHAPE_FIELDS = {"width": "image and 3D models", "height": "image and 3D models", "depth": "3D models",
                 "seq_len": "text models in train and infer", "prompt_len": "text models in generate",
-                "new_tokens": "text models in generate"}
+                "new_tokens": "text models in generate", "num_tables": "recommendation models",
+                "rows_per_table": "recommendation models", "embedding_dim": "recommendation models",
+                "indices_per_lookup": "recommendation models", "zipf_exponent": "recommendation models"}
 
 
 @dataclass
@@ -29,6 +31,8 @@ class Workload:
     infer_call: Callable[[Any], Any] | None          # model -> output, in an inference step
     generate_call: Callable[..., Any] | None = None  # (model, mark) -> last output; marks each new token
     facts: dict = field(default_factory=dict)        # row columns the workload learns as it runs (kv_cache_bytes)
+    make_optimizer: Callable[[Any], Any] | None = None  # model -> its training optimizer, where the family needs its
+    #                                                     own (sparse gradients); None: the configured optimizer
 
 
 class Task:
@@ -42,6 +46,7 @@ class Task:
     shape_fields: tuple[str, ...] = ()       # the SHAPE_FIELDS this task reads
     modes: tuple[str, ...] = ("train", "infer")
     description = ""                         # 'a 2D classification model': how refusals name the model
+    mfu_note: str | None = None              # why MFU does not apply to this task's rows (None: it does)
 
     def check(self, spec: "ModelSpec", cfg) -> None:
         """Fill the model's defaults into `cfg` and refuse what it cannot take (ConfigError)."""
@@ -85,6 +90,20 @@ class Task:
     def model_facts(self, model) -> dict:
         """Row columns read off the built model (e.g. the attention implementation)."""
         return {}
+
+    def config_facts(self, cfg) -> dict:
+        """Row columns known from the configuration alone, recorded before the model is built (so a
+        build that fails says them too)."""
+        return {}
+
+    def memory_needed(self, cfg) -> tuple[int, str] | None:
+        """(bytes, what) the model needs at least, known before it is built; a device with less free
+        memory makes the run an `oom` row without trying. None: not known."""
+        return None
+
+    def unsupported_precision(self, precision, device_type: str) -> str | None:
+        """Why this task cannot run `precision` on a `device_type` device (a kernel its ops lack), or None."""
+        return None
 
     def formula_flops(self, model, cfg) -> tuple[float, str] | None:
         """FLOPs per sample by the task's standard formula and the formula's name, where it has one
