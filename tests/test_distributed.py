@@ -233,6 +233,7 @@ def test_dry_run_without_slurm_prints_the_sbatch_script_and_writes_nothing(tmp_p
     out = capsys.readouterr().out
     assert "job array 1 of 2: 2 task(s), 1 node(s) x 1 GPU(s) each" in out
     assert "job array 2 of 2: 2 task(s), 1 node(s) x 2 GPU(s) each" in out
+    assert out.count(": resnet18 fp32 on cuda, 1 configuration(s)") == 2  # one shape a task: 1 and 2 GPUs apart
     assert "#SBATCH --gpus-per-node=2" in out and "#SBATCH --partition=gpu" in out and "--exclusive" not in out
     assert "export BENCH_SLURM_EXCLUSIVE=0" in out and "not checked against a cluster: no sbatch here" in out
     assert not (tmp_path / "o").exists()

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(skip_reason() is not None, re
 
 BENCH = [sys.executable, "-m", "bench_core", "slurm"]
 # resnet18 at 32 px, 2 steps: each array task is a papermill execution of a few seconds' work.
-TINY = "model: resnet18, height: 32, steps: 2, warmup_steps: 1, repeats: 2, device: cpu"
+TINY = "model: resnet18, width: 32, height: 32, steps: 2, warmup_steps: 1, repeats: 2, device: cpu"
 REPEATS = 2
 
 
@@ -123,10 +123,10 @@ def leftovers(out: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def requeued(cluster, tmp_path_factory):
-    """Two executions (one array of two tasks); task 0 holds two configurations and is requeued
+    """Two executions, one per model (one array of two tasks); task 0 holds two configurations and is requeued
     (`scontrol requeue`) as soon as its first configuration's rows are written."""
     folder = tmp_path_factory.mktemp("requeue")
-    sweep = sweep_file(folder, "rq", "  - {width: [32], batch_size: [2, 4]}\n  - {width: [40], batch_size: [2]}", 1)
+    sweep = sweep_file(folder, "rq", "  - {batch_size: [2, 4]}\n  - {model: [mobilenet_v3_large], batch_size: [2]}", 1)
     out = folder / "out"
     proc = start(cluster, folder, str(sweep), "--time", "5", "--out", str(out), "--no-report")
     job = wait_for(lambda: job_id(folder), 120, "the submission", proc, folder)
@@ -195,7 +195,7 @@ def test_the_same_command_again_submits_nothing_when_all_is_complete(requeued, c
 
 def test_scancel_of_a_shared_array_leaves_interrupted_rows_and_whole_files(cluster, tmp_path):
     # three configurations a task: when the slower task has finished its first, the other is still measuring
-    sweep = sweep_file(tmp_path, "sc", "  - {width: [32], batch_size: [2, 4, 6]}\n  - {width: [40], batch_size: [2, 4, 6]}",
+    sweep = sweep_file(tmp_path, "sc", "  - {batch_size: [2, 4, 6]}\n  - {model: [mobilenet_v3_large], batch_size: [2, 4, 6]}",
                        3)
     out = tmp_path / "out"
     proc = start(cluster, tmp_path, str(sweep), "--time", "5", "--share", "--out", str(out), "--no-report")
@@ -294,7 +294,7 @@ def test_a_submission_the_cluster_cannot_run_is_one_line_and_submits_nothing(clu
 
 def test_dry_run_prints_the_sbatch_parameters_checked_against_the_cluster(cluster, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-    sweep = sweep_file(tmp_path, "dry", "  model: [resnet18]\n  width: [32, 40]", 0)
+    sweep = sweep_file(tmp_path, "dry", "  model: [resnet18, mobilenet_v3_large]", 0)
     assert cli.main(["slurm", str(sweep), "--time", "5", "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     for option in ("--array=0-1", "--exclusive", "--requeue", "--nodes=1", "--ntasks-per-node=1", "--time=5"):

@@ -144,9 +144,10 @@ def slurm_plan(args: argparse.Namespace) -> SweepPlan:
     configs = slurm.job_configs(args)
     unique = list({cfg.config_hash(): cfg for cfg in configs}.values())
     if not args.sweep:
-        return SweepPlan(name="slurm", configs=unique, executions=plan_executions(unique))
+        return SweepPlan(name="slurm", configs=unique, executions=plan_executions(unique, apart=slurm.JobShape.of))
     data = load_yaml_mapping(args.sweep, "sweep")
-    plan = SweepPlan(name=slurm.sweep_name(args.sweep), configs=unique, executions=plan_executions(unique),
+    plan = SweepPlan(name=slurm.sweep_name(args.sweep), configs=unique,
+                     executions=plan_executions(unique, apart=slurm.JobShape.of),
                      timeout_s=parse_timeout(data.get("timeout_s")), text=Path(args.sweep).read_text(),
                      source=str(args.sweep))
     if data.get("emulated") == "skip":
@@ -156,7 +157,7 @@ def slurm_plan(args: argparse.Namespace) -> SweepPlan:
 
 
 def job_arrays(plan: SweepPlan, args, out_dir: Path) -> list[tuple[slurm.ArrayJob, list[Execution]]]:
-    """One array per job shape (nodes x tasks x GPUs), one task per execution."""
+    """One array per job shape (nodes x tasks x GPUs), one task per execution (each of one shape)."""
     shapes: dict[slurm.JobShape, list[Execution]] = {}
     for execution in plan.executions:
         shapes.setdefault(slurm.JobShape.of(execution.configs[0]), []).append(execution)

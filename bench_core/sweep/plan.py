@@ -215,13 +215,15 @@ def _config(values: dict, chosen: dict, settings: dict) -> BenchConfig:
     return cfg
 
 
-def plan_executions(configs: list[BenchConfig]) -> list[Execution]:
+def plan_executions(configs: list[BenchConfig], apart=None) -> list[Execution]:
     """One execution per (device, model), whatever its configurations: they share a kernel (each run
     sets and restores the process-wide numerics knobs it needs), so the process and kernel start and
-    the imports are paid once per model (the template takes the exact list: Execution.parameters)."""
-    groups: dict[tuple[str, str], list[BenchConfig]] = {}
+    the imports are paid once per model (the template takes the exact list: Execution.parameters).
+    `apart(cfg)`, when given, splits them further: bench slurm keeps each job shape (nodes x
+    processes x GPUs) apart, since one array task has one shape."""
+    groups: dict[tuple, list[BenchConfig]] = {}
     for cfg in configs:
-        groups.setdefault((cfg.device, cfg.model), []).append(cfg)
+        groups.setdefault((cfg.device, cfg.model, apart(cfg) if apart else None), []).append(cfg)
     return [Execution(run_name=_run_name(group), configs=group) for group in groups.values()]
 
 
