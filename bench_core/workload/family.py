@@ -74,6 +74,12 @@ class Task:
         rank draws its own samples, as in real data-parallel training."""
         raise NotImplementedError
 
+    def units(self, cfg) -> tuple[str, str]:
+        """(sample_unit, throughput_unit) of a configuration: what samples_per_s counts, and the unit of
+        the headline rate. The same in every mode unless the modes count different things (diffusion
+        trains images but runs denoising steps; speech encodes audio seconds but generates tokens)."""
+        return f"{self.sample}s/s", self.unit
+
     def throughput(self, cfg, samples_per_s: float) -> float:
         """The rate in the task's unit (tokens/s from sequences/s, ...); the sample rate by default."""
         return samples_per_s
