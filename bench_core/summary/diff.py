@@ -4,8 +4,9 @@ added, removed or fails now, and what changed in the environment between the two
 as disturbed (measure.noise) are left out; a configuration left with too few is 'disturbed:
 re-measure', never faster or slower, and each judged one says the smallest slowdown it could see.
 
-A configuration is the workload as asked for (model, mode, precision, batch size, width, height,
-depth, processes, compile, channels_last) on a kind of device (cpu, cuda, mps). The machine is
+A configuration is the workload as asked for (model, mode, precision, batch size, every field that
+shapes its input: width, height, depth, seq_len, latent_size ..., processes, compile, channels_last)
+on a kind of device (cpu, cuda, mps). The machine is
 part of it only where a directory holds several device models of one kind; otherwise OLD and NEW
 may come from different hosts (a CI runner), and the host shows as an environment change.
 """
@@ -35,11 +36,13 @@ from bench_core.results.comparison import (
 from bench_core.summary.html import esc, table_html
 from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
 from bench_core.summary.text import int_text, is_present, num_text
+from bench_core.workload.family import SHAPE_FIELDS
 
 NAN = float("nan")
 FAIL_ABOVE = 0.05  # a configuration slower by more than 5 %, with confidence, is a regression
 
-KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "depth_key", "world_size_key",
+# Every shape field is part of the key: two sequence lengths (or latent sizes) are two configurations.
+KEY = ["model", "mode", "precision_key", "batch", *(f"{name}_key" for name in SHAPE_FIELDS), "world_size_key",
        "compile", "channels_last", "device_kind"]
 
 # Environment columns whose change can explain a change of speed; only those that differ are shown.
@@ -241,7 +244,7 @@ def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
     rows["precision_key"] = rows["precision"].astype(str).str.replace(EMULATED_SUFFIX, "", regex=False)
     rows["batch"] = [("max" if searched else int_text(b)) for searched, b in zip(rows["batch_searched"], rows["batch_size"])]
-    for name in ("width", "height", "depth", "world_size"):
+    for name in (*SHAPE_FIELDS, "world_size"):
         rows[f"{name}_key"] = [int_text(v) if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
     asked = rows["device"].astype(str).str.split(":").str[0]
     kind = rows["device_type"].where(rows["device_type"].map(is_present), asked)
