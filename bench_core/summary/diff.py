@@ -47,7 +47,8 @@ KEY = ["model", "mode", "precision_key", "batch", *(f"{name}_key" for name in SH
 
 # Environment columns whose change can explain a change of speed; only those that differ are shown.
 ENVIRONMENT_CHANGES = [
-    "torch_version", "torchvision_version", "timm_version", "smp_version", "transformers_version", "cuda_version", "cudnn_version",
+    "torch_version", "torchvision_version", "timm_version", "smp_version", "transformers_version", "diffusers_version",
+    "cuda_version", "cudnn_version",
     "nccl_version", "driver_version", "project_version", "git_commit", "python_version", "os", "host",
     "cpu_model", "cpu_count", "cpu_isa_dispatch", "device_name", "gpu_name", "gpu_count", "threads",
     "torch_threads", "tf32_enabled", "cudnn_benchmark_enabled",

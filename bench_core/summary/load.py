@@ -36,6 +36,7 @@ NUMERIC = [
     "seq_len", "prompt_len", "new_tokens", "throughput", "tokens_per_s", "output_tokens", "ttft_ms_median",
     "ttft_ms_p95", "prefill_tokens_per_s", "decode_s", "decode_tokens_per_s", "itl_ms_median", "itl_ms_p95",
     "kv_cache_bytes", "flops_per_sample_counted", "cost_per_million",
+    "latent_size", "denoise_steps", "audio_frames", "denoise_steps_per_s", "images_per_s", "audio_s_per_s",
 ]
 
 
@@ -43,7 +44,7 @@ ENVIRONMENT_FIELDS = [
     "host", "device_type", "device_name", "device_count", "gpu_name", "gpu_count", "gpu_memory_bytes",
     "gpu_compute_capability", "driver_version", "cuda_version", "cudnn_version", "cpu_model", "cpu_count",
     "threads", "torch_threads", "os", "python_version", "torch_version", "torchvision_version", "timm_version",
-    "smp_version", "transformers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled",
+    "smp_version", "transformers_version", "diffusers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled",
     "dist_backend", "rank_devices", "slurm_job_id", "slurm_node", "slurm_exclusive", "result_dir",
 ]
 

@@ -16,8 +16,10 @@ from bench_core.errors import ConfigError
 # Every config field that shapes an input, and what it applies to: a field set for a model whose
 # task does not read it is refused with this text.
 SHAPE_FIELDS = {"width": "image and 3D models", "height": "image and 3D models", "depth": "3D models",
-                "seq_len": "text models in train and infer", "prompt_len": "text models in generate",
-                "new_tokens": "text models in generate"}
+                "seq_len": "text models in train and infer, speech models in train",
+                "prompt_len": "text models in generate", "new_tokens": "text and speech models in generate",
+                "latent_size": "diffusion models", "denoise_steps": "diffusion models in infer",
+                "audio_frames": "speech models"}
 
 
 @dataclass

@@ -11,10 +11,10 @@ import functools
 import types
 
 from bench_core.errors import ConfigError
-from bench_core.workload import detection, text, vision, volumetric
+from bench_core.workload import detection, diffusion, speech, text, vision, volumetric
 from bench_core.workload.family import SHAPE_FIELDS, ModelSpec, Task
 
-FAMILIES = (vision, volumetric, detection, text)
+FAMILIES = (vision, volumetric, detection, text, diffusion, speech)
 TASKS: dict[str, Task] = {task.name: task for family in FAMILIES for task in family.TASKS}
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for family in FAMILIES for spec in family.MODELS}
 PREFIXES = {prefix: make for family in FAMILIES for prefix, make in getattr(family, "PREFIXES", {}).items()}
