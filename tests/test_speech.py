@@ -131,3 +131,11 @@ def test_a_report_draws_each_family_in_its_own_unit(family_results, tmp_path):
     assert "never share an axis" in html
     assert "4x8x8 latent (64 px), CFG, 10 steps" in html and "200 frames (2 s) + 4 new tokens" in html
     assert "Decode tokens/s and time to first token against batch size" in html  # speech generate, as text's
+    assert "images/s at its denoising steps" in html and "audio s/s (speech: whole transcriptions)" in html
+
+
+def test_the_sequence_table_compares_a_formula_with_the_count_only_where_there_is_a_formula(family_results):
+    from bench_core import summary
+    table = summary.sequence_table(summary.load_results([family_results]))
+    (whisper,) = table[table["model"] == "whisper-micro"].to_dict("records")  # generate: counted FLOPs
+    assert whisper["flops"] == "counted" and whisper["formula_vs_counted"] != whisper["formula_vs_counted"]  # NaN
