@@ -27,14 +27,14 @@ def test_bench_models_lists_the_whisper_shapes_at_their_published_sizes(capsys):
     # OpenAI's model card sizes (74M, 244M, 1550M) are rounded; transformers builds 72.6M, 241.7M, 1543.5M.
     for name, size in (("whisper-base", 74e6), ("whisper-small", 244e6), ("whisper-large-v3", 1550e6)):
         assert listed[name]["params"] == pytest.approx(size, rel=0.03), name
-        assert listed[name]["task"] == "speech-recognition" and listed[name]["default_input"] == "30 s audio"
+        assert listed[name]["task"] == "speech-to-text" and listed[name]["default_input"] == "30 s audio"
     assert listed["whisper-micro"]["default_input"] == "2 s audio"
     assert REGISTRY["whisper-large-v3"].builder.mel_bins == 128 and REGISTRY["whisper-small"].builder.mel_bins == 80
 
 
 def test_training_on_log_mel_frames_is_in_audio_seconds_per_second():
     row = run_one(seq_len=16)
-    assert row["task"] == "speech-recognition" and row["throughput_unit"] == "audio s/s"
+    assert row["task"] == "speech-to-text" and row["throughput_unit"] == "audio s/s"
     assert row["sample_unit"] == "utterances/s"
     assert row["audio_s_per_s"] == row["throughput"] == pytest.approx(
         2 * MICRO_SECONDS * row["timed_steps"] / row["timed_s"], rel=1e-9)

@@ -45,8 +45,8 @@ class BenchConfig:
     model: str = field(default="resnet50", metadata=_opt(
         "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
     mode: str = field(default="train", metadata=_opt(
-        "train, infer (one forward pass; diffusion: one denoising step; speech: the encoder) or generate (text "
-        "decoders and speech models: a prompt or the audio, then new_tokens tokens with the KV cache)", choices=MODES))
+        "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder) or generate (text "
+        "decoders, speech: a prompt, then new_tokens tokens with the KV cache)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
         "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
     batch_size: int | str = field(default=16, metadata=_opt(

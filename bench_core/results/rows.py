@@ -51,7 +51,7 @@ _MEASURED = [
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
     ("task", "what the model is run for: classification, segmentation, detection, volumetric, masked-lm, "
-             "causal-lm, seq2seq-lm, diffusion, speech-recognition"),
+             "causal-lm, seq2seq-lm, diffusion, speech-to-text"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
                     "'prompt 256 + 64 new tokens' (a generation), '4x64x64 latent (512 px)' (a diffusion "
                     "model's; in infer with ', CFG, 50 steps'), '3000 frames (30 s) + 128 tokens' (an utterance)"),

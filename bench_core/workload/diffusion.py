@@ -180,11 +180,11 @@ _DIT_XL_2 = {"num_layers": 28, "num_attention_heads": 16, "attention_head_dim": 
 _SOURCE = "diffusers"
 MODELS = (
     ModelSpec("sd15-unet", DIFFUSION, Denoiser("unet", _SD15, default_latent=64), source=_SOURCE,
-              notes="Stable Diffusion 1.5's UNet (860M, its published config): 77x768 text embeddings by "
-                    "cross-attention; any latent side"),
+              notes="Stable Diffusion 1.5's UNet from its published config: 77x768 text embeddings by "
+                    "cross-attention"),
     ModelSpec("dit-xl-2", DIFFUSION, Denoiser("dit", _DIT_XL_2, default_latent=32), source=_SOURCE,
-              notes="DiT-XL/2, class-conditioned (the paper's 675M: diffusers keeps a copy of the timestep and "
-                    "class embedders in each of its 28 blocks); latent a multiple of 2"),
+              notes="DiT-XL/2, class-conditioned (the paper's 675M: diffusers copies the embedders into each "
+                    "of its 28 blocks)"),
     ModelSpec("sd-unet-tiny", DIFFUSION, Denoiser("unet", {
         **_SD15, "block_out_channels": (32, 64), "layers_per_block": 1, "cross_attention_dim": 32,
         "attention_head_dim": 2, "norm_num_groups": 8, "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),

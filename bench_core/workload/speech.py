@@ -55,7 +55,7 @@ class SpeechModel:
 
 class SpeechTask(Task):
     """Log-mel frames in; the model's own loss (train), the encoder's output (infer), or generate."""
-    name = "speech-recognition"
+    name = "speech-to-text"
     family = "speech"
     sample = "utterance"
     unit = AUDIO_UNIT
@@ -185,9 +185,9 @@ MODELS = (
               notes="shaped as OpenAI's whisper-small (244M): 12 + 12 layers, 768 wide, 80 mel bins"),
     ModelSpec("whisper-large-v3", SPEECH, SpeechModel(_whisper(1280, 32, 20, mel_bins=128, vocab=51866)),
               source=_SOURCE, notes="shaped as OpenAI's whisper-large-v3 (1.55B; MLPerf Inference's Whisper): "
-                                    "32 + 32 layers, 1280 wide, 128 mel bins"),
+                                    "32 + 32 layers, 128 mel bins"),
     ModelSpec("whisper-micro", SPEECH, SpeechModel(_whisper(64, 2, 4, max_source_positions=100,
                                                             max_target_positions=64)),
-              source=_SOURCE, notes="Whisper-shaped, 2 + 2 layers, 64 wide, 2 s of audio (200 frames): for quick "
-                                    "CPU runs (not OpenAI's whisper-tiny)"),
+              source=_SOURCE, notes="Whisper-shaped, 2 + 2 layers, 64 wide, 200 frames (2 s): for quick CPU runs "
+                                    "(not OpenAI's whisper-tiny)"),
 )
