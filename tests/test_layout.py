@@ -28,6 +28,8 @@ ALLOWED_IN_FUNCTION = {
     # Generation subclasses transformers' StoppingCriteria (torch and transformers code): imported
     # only when a generate workload is made.
     ("bench_core.workload.text", "bench_core.workload.generation"),
+    # The same, for a speech model's generate workload.
+    ("bench_core.workload.speech", "bench_core.workload.generation"),
     # The DLRM network is torch code (nn.Module subclasses): imported only when a recommendation model is built.
     ("bench_core.workload.recommendation", "bench_core.workload.dlrm"),
 }

@@ -151,7 +151,7 @@ def test_reduced_precisions_train_a_text_model(precision):
      "prompt_len + new_tokens = 1100 is beyond gpt2's 1024 positions"),
     (["--model", "bert-base", "--mode", "generate"], "mode", "generate does not apply to bert-base, an encoder"),
     (["--model", "gpt2", "--width", "64"], "width", "applies to image and 3D models only; gpt2 is a decoder"),
-    (["--model", "resnet18", "--seq-len", "64"], "seq_len", "applies to text models in train and infer only"),
+    (["--model", "resnet18", "--seq-len", "64"], "seq_len", "applies to text models in train and infer"),
     (["--model", "llama-tiny", "--prompt-len", "8"], "prompt_len", "applies to mode generate only"),
     (["--model", "llama-tiny", "--mode", "generate", "--new-tokens", "1"], "new_tokens", "must be >= 2"),
     (["--model", "llama-tiny", "--mode", "generate", "--seq-len", "8"], "seq_len", "give those instead"),

@@ -203,10 +203,11 @@ def format_rows(rows: list[dict]) -> str:
     cols = {"repeat": "repeat", "status": "status", "samples_per_s": samples, "batches_per_s": "batches/s",
             "step_time_ms_median": "step ms (median)", "step_time_ms_p5": "p5", "step_time_ms_p95": "p95",
             "step_time_cv": "CV", "timed_steps": "steps", "timed_s": "window s"}
-    # The task's own rates, where it has them: tokens/s (and generate's phases), MVox/s, MPx/s, embedding GB/s.
+    # The task's own rates, where it has them: tokens/s (and generate's phases), audio s/s, a diffusion
+    # model's images/s at its denoising steps, MVox/s, MPx/s, embedding GB/s.
     extra = {"tokens_per_s": "tokens/s", "ttft_ms_median": "TTFT ms", "decode_tokens_per_s": "decode tok/s",
-             "itl_ms_median": "ITL ms", "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s",
-             "embedding_gb_per_s": "embedding GB/s"}
+             "itl_ms_median": "ITL ms", "audio_s_per_s": "audio s/s", "images_per_s": "images/s",
+             "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s", "embedding_gb_per_s": "embedding GB/s"}
     cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
     shown = table[list(cols)].rename(columns=cols)
     median = ok[[c for c in cols if c not in ("repeat", "status")]].median(numeric_only=True)

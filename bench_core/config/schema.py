@@ -26,7 +26,7 @@ SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: p
 # Fields added after results were first recorded: they count in a configuration's hash only when set,
 # so a configuration measured before they existed keeps its hash (a sweep re-run finds it complete).
 HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
-                   "indices_per_lookup", "zipf_exponent")
+                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames")
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -46,8 +46,8 @@ class BenchConfig:
     model: str = field(default="resnet50", metadata=_opt(
         "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
     mode: str = field(default="train", metadata=_opt(
-        "train, infer (one forward pass) or generate (text decoders: a prompt, then new_tokens tokens with the "
-        "KV cache)", choices=MODES))
+        "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder) or generate (text "
+        "decoders, speech: a prompt, then new_tokens tokens with the KV cache)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
         "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
     batch_size: int | str = field(default=16, metadata=_opt(
@@ -62,10 +62,11 @@ class BenchConfig:
     height: int | None = field(default=None, metadata=_opt("input height in px (default: the model's)"))
     depth: int | None = field(default=None, metadata=_opt("input depth in voxels (3D models only)"))
     seq_len: int | None = field(default=None, metadata=_opt(
-        "tokens per sequence, text models in train and infer (default: the model's)"))
+        "tokens per sequence, text models in train and infer; a speech model's transcript tokens in train "
+        "(default: the model's)"))
     prompt_len: int | None = field(default=None, metadata=_opt("prompt tokens per sequence, mode generate (default 256)"))
     new_tokens: int | None = field(default=None, metadata=_opt(
-        "tokens generated per sequence, exactly, mode generate (default 64)"))
+        "tokens generated per sequence, exactly, mode generate (default 64 for text models, 128 for speech)"))
     num_tables: int | None = field(default=None, metadata=_opt(
         "embedding tables (sparse features), recommendation models (default: the model's, 26)"))
     rows_per_table: int | None = field(default=None, metadata=_opt(
@@ -76,6 +77,14 @@ class BenchConfig:
         "indices summed per table and sample (multi-hot size), recommendation models (default: the model's)"))
     zipf_exponent: float | None = field(default=None, metadata=_opt(
         "power-law skew of the embedding indices, recommendation models (default 1.05; 0: uniform)"))
+    latent_size: int | None = field(default=None, metadata=_opt(
+        "side of the square latent a diffusion model denoises, in latent pixels: the image is 8x as wide "
+        "(default: the model's)"))
+    denoise_steps: int | None = field(default=None, metadata=_opt(
+        "diffusion models in infer: denoising steps per image, for images/s (default 50)"))
+    audio_frames: int | None = field(default=None, metadata=_opt(
+        "log-mel frames per utterance of a speech model, 100 a second (default and only value: what the "
+        "model's encoder takes, 3000 = 30 s for Whisper)"))
     steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
     min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
     warmup_steps: int = field(default=5, metadata=_opt(
@@ -288,6 +297,9 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.embedding_dim = _as_int("embedding_dim", cfg.embedding_dim, minimum=1, optional=True)
     cfg.indices_per_lookup = _as_int("indices_per_lookup", cfg.indices_per_lookup, minimum=1, optional=True)
     cfg.zipf_exponent = _as_float("zipf_exponent", cfg.zipf_exponent, optional=True)
+    cfg.latent_size = _as_int("latent_size", cfg.latent_size, minimum=1, optional=True)
+    cfg.denoise_steps = _as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
+    cfg.audio_frames = _as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
 
 

@@ -107,6 +107,7 @@ def collect(device: torch.device | None = None) -> dict:
         "torchvision_version": _version("torchvision"),
         "timm_version": _version("timm"),
         "transformers_version": _version("transformers"),
+        "diffusers_version": _version("diffusers"),
         "smp_version": _version("segmentation-models-pytorch"),
         "cuda_version": torch.version.cuda if cuda else None,
         "cudnn_version": str(torch.backends.cudnn.version()) if cuda and torch.backends.cudnn.is_available() else None,

@@ -21,7 +21,9 @@ from bench_core.config.schema import BenchConfig
 #    attention_kernel, flops_method, flops_per_sample_counted, cost_per_million; power_method (how
 #    power_w_mean was measured); slurm_job_id, slurm_array_task_id, slurm_node, slurm_restart_count,
 #    slurm_exclusive (rows run under SLURM); recommendation: num_tables, rows_per_table, embedding_dim,
-#    indices_per_lookup, zipf_exponent, embedding_table_bytes, embedding_bytes_per_s, mfu_note
+#    indices_per_lookup, zipf_exponent, embedding_table_bytes, embedding_bytes_per_s, mfu_note; diffusion
+#    and speech workloads: latent_size, denoise_steps, audio_frames, denoise_steps_per_s, images_per_s,
+#    audio_s_per_s, diffusers_version
 SCHEMA_VERSION = 5
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -51,23 +53,26 @@ _MEASURED = [
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
     ("task", "what the model is run for: classification, segmentation, detection, instance-segmentation, "
-             "volumetric, masked-lm, causal-lm, seq2seq-lm, recommendation"),
+             "volumetric, masked-lm, causal-lm, seq2seq-lm, recommendation, diffusion, speech-to-text"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
-                    "'prompt 256 + 64 new tokens' (a generation)"),
+                    "'prompt 256 + 64 new tokens' (a generation), '4x64x64 latent (512 px)' (a diffusion "
+                    "model's; in infer with ', CFG, 50 steps'), '3000 frames (30 s) + 128 tokens' (an utterance)"),
     ("params_count", "parameters of the model as built (sum of numel over model.parameters(), as timm's "
                      "benchmark.py counts); empty when the model was never built"),
     ("timed_steps", "steps in the timed window"),
     ("timed_s", "wall seconds of the timed window (slowest rank)"),
     ("samples_per_s", "global batch x timed steps / timed seconds; a sample is what sample_unit says (an image, "
                       "a volume, a sequence, a recommendation example)"),
-    ("sample_unit", "what samples_per_s counts: images/s, volumes/s, sequences/s or samples/s"),
-    ("throughput", "the rate in the workload's own unit (throughput_unit): samples_per_s for images, volumes and "
-                   "recommendation examples, tokens_per_s for text"),
-    ("throughput_unit", "images/s | volumes/s | tokens/s | samples/s: what a table or chart of throughput is in "
-                        "(never mixed on one axis)"),
+    ("sample_unit", "what samples_per_s counts: images/s, volumes/s, sequences/s, samples/s, utterances/s, or "
+                    "denoising steps/s (diffusion infer: one image advanced one denoising step)"),
+    ("throughput", "the rate in the workload's own unit (throughput_unit): samples_per_s for images, volumes, "
+                   "recommendation examples and denoising steps, tokens_per_s for text and speech generate, "
+                   "audio_s_per_s for speech train and infer"),
+    ("throughput_unit", "images/s | volumes/s | tokens/s | samples/s | denoising steps/s | audio s/s: what a table "
+                        "or chart of throughput is in (never mixed on one axis)"),
     ("tokens_per_s", "text: global batch x seq_len x timed steps / timed seconds in train and infer (every token of "
-                     "the sequence); in generate the output tokens: global batch x new_tokens x calls / timed "
-                     "seconds (prompt tokens not counted)"),
+                     "the sequence); text and speech in generate, the output tokens: global batch x new_tokens x "
+                     "calls / timed seconds (prompt tokens not counted)"),
     ("embedding_bytes_per_s", "recommendation: embedding bytes moved per second, samples_per_s x bytes per sample "
                               "counted as FBGEMM's embedding benchmark does: num_tables x embedding_dim x element "
                               "size x (indices_per_lookup rows read + 1 pooled row written) in infer, 3 times that "
@@ -75,6 +80,15 @@ _MEASURED = [
                               "not measured traffic"),
     ("embedding_table_bytes", "recommendation: bytes of all embedding tables (num_tables x rows_per_table x "
                               "embedding_dim x element size); also on a run that failed to build them"),
+    ("denoise_steps_per_s", "diffusion infer: images advanced one denoising step per second, global batch x timed "
+                            "steps / timed seconds; a step is one denoiser call on 2 x batch latents (classifier-"
+                            "free guidance: conditional and unconditional halves) and the guidance; at batch 1 a "
+                            "pipeline's it/s"),
+    ("images_per_s", "diffusion infer: images per second at denoise_steps steps each, denoise_steps_per_s / "
+                     "denoise_steps: the denoiser's share only (no text encoder, VAE decode or scheduler update)"),
+    ("audio_s_per_s", "speech: seconds of audio per second, global batch x audio_frames / 100 x timed steps / timed "
+                      "seconds; in generate, of whole transcriptions (encoder and new_tokens tokens: the inverse "
+                      "real-time factor)"),
     ("samples_per_s_per_device", "samples_per_s / world_size"),
     ("batches_per_s", "timed steps x world size / timed seconds"),
     ("mpx_per_s", "width x height x global batch x steps / (seconds x 1e6); 2D models"),
@@ -104,7 +118,8 @@ _MEASURED = [
     ("itl_ms_p95", "generate: 95th percentile inter-token latency, ms"),
     ("kv_cache_bytes", "generate: bytes of the KV cache at the end of a call (keys and values of every layer, all "
                        "sequences of the batch)"),
-    ("attn_implementation", "text: transformers' attention implementation (sdpa, eager, ...)"),
+    ("attn_implementation", "text and speech: transformers' attention implementation (sdpa, eager, ...); diffusion: "
+                            "sdpa when every attention processor is diffusers' AttnProcessor2_0, else their names"),
     ("attention_kernel", "the fused scaled-dot-product-attention kernel torch ran (flash, efficient, cudnn, "
                          "flash (cpu)), seen in the counted step; 'math (no fused kernel)' when SDPA ran without "
                          "one; empty without SDPA"),
@@ -145,7 +160,8 @@ _EFFICIENCY = [
     ("cpu_util_pct_mean", "process CPU utilization, % of one core"),
     ("telemetry_note", "why telemetry columns are empty"),
     ("flops_per_sample", "FLOPs per sample per step that achieved_tflops and MFU use (1 MAC = 2 FLOPs; train = fwd "
-                         "+ bwd): the task's formula where it has one (text), else counted (flops_method)"),
+                         "+ bwd): the task's formula where it has one (text), else counted (flops_method); "
+                         "diffusion infer: per image-step, both guidance halves"),
     ("flops_method", "how flops_per_sample was found: counted (FlopCounterMode over one step, grouped-conv "
                      "backward corrected, CPU attention counted) or the formula (text: 6N + 12·L·H·Q·T per "
                      "trained token, 2N + 4·L·H·Q·T per forward token; PaLM appendix B)"),
@@ -173,7 +189,8 @@ _ENVIRONMENT = [
     ("host", "host name"), ("os", "operating system"), ("python_version", "Python version"),
     ("cpu_model", "CPU model"), ("cpu_count", "logical CPUs"), ("torch_threads", "torch default threads"),
     ("torch_version", "torch"), ("torchvision_version", "torchvision"), ("timm_version", "timm"),
-    ("smp_version", "segmentation-models-pytorch"), ("transformers_version", "transformers"), ("cuda_version", "CUDA runtime of torch"),
+    ("smp_version", "segmentation-models-pytorch"), ("transformers_version", "transformers"),
+    ("diffusers_version", "diffusers"), ("cuda_version", "CUDA runtime of torch"),
     ("cudnn_version", "cuDNN"), ("nccl_version", "NCCL of torch (CUDA only; must match across nodes)"),
     ("driver_version", "NVIDIA driver"), ("gpu_count", "GPUs visible"),
     ("gpu_name", "GPU name"), ("gpu_uuid", "GPU UUID"), ("gpu_memory_bytes", "GPU memory"),

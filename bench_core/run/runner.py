@@ -150,7 +150,8 @@ class Session:
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
             model = spec.build(cfg).to(device)
         run["params_count"] = count_parameters(model)  # every later row of this run carries it
-        run.update(task=task.name, sample_unit=f"{task.sample}s/s", throughput_unit=task.unit, mfu_note=task.mfu_note,
+        sample_unit, throughput_unit = task.units(cfg)
+        run.update(task=task.name, sample_unit=sample_unit, throughput_unit=throughput_unit, mfu_note=task.mfu_note,
                    **task.model_facts(model))
         formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32

@@ -109,7 +109,7 @@ def timed_window(step: Callable[..., object], backend: Backend, min_steps: int, 
     return Window(seconds=marks[-1], step_s=step_s, inner_s=inner_s)
 
 
-def generation_columns(window: Window, global_batch: int, prompt_len: int, new_tokens: int) -> dict:
+def generation_columns(window: Window, global_batch: int, prompt_len: int | None, new_tokens: int) -> dict:
     """Generate's phases, each step one generate call whose inner marks end its new tokens: time to
     first token (the prefill: step start to the first token's mark), decode (first token's mark to
     the step's end: new_tokens - 1 tokens), and the inter-token latencies between the marks."""
@@ -120,7 +120,8 @@ def generation_columns(window: Window, global_batch: int, prompt_len: int, new_t
     return {
         "output_tokens": min(len(marks) for marks in window.inner_s),
         "ttft_ms_median": statistics.median(ttft_ms), "ttft_ms_p95": percentile(ttft_ms, 95),
-        "prefill_tokens_per_s": global_batch * prompt_len * len(ttft) / sum(ttft),
+        # None where the prompt is not tokens (speech: the audio is the prompt)
+        "prefill_tokens_per_s": global_batch * prompt_len * len(ttft) / sum(ttft) if prompt_len else None,
         "decode_s": sum(decode),
         "decode_tokens_per_s": global_batch * (new_tokens - 1) * len(decode) / sum(decode),
         "itl_ms_median": statistics.median(gaps), "itl_ms_p95": percentile(gaps, 95),

@@ -4,8 +4,9 @@ added, removed or fails now, and what changed in the environment between the two
 as disturbed (measure.noise) are left out; a configuration left with too few is 'disturbed:
 re-measure', never faster or slower, and each judged one says the smallest slowdown it could see.
 
-A configuration is the workload as asked for (model, mode, precision, batch size, width, height,
-depth, processes, compile, channels_last) on a kind of device (cpu, cuda, mps). The machine is
+A configuration is the workload as asked for (model, mode, precision, batch size, every field that
+shapes its input: width, height, depth, seq_len, latent_size ..., processes, compile, channels_last)
+on a kind of device (cpu, cuda, mps). The machine is
 part of it only where a directory holds several device models of one kind; otherwise OLD and NEW
 may come from different hosts (a CI runner), and the host shows as an environment change.
 """
@@ -47,7 +48,8 @@ KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "de
 
 # Environment columns whose change can explain a change of speed; only those that differ are shown.
 ENVIRONMENT_CHANGES = [
-    "torch_version", "torchvision_version", "timm_version", "smp_version", "transformers_version", "cuda_version", "cudnn_version",
+    "torch_version", "torchvision_version", "timm_version", "smp_version", "transformers_version", "diffusers_version",
+    "cuda_version", "cudnn_version",
     "nccl_version", "driver_version", "project_version", "git_commit", "python_version", "os", "host",
     "cpu_model", "cpu_count", "cpu_isa_dispatch", "device_name", "gpu_name", "gpu_count", "threads",
     "torch_threads", "tf32_enabled", "cudnn_benchmark_enabled",
@@ -244,7 +246,7 @@ def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
     rows["precision_key"] = rows["precision"].astype(str).str.replace(EMULATED_SUFFIX, "", regex=False)
     rows["batch"] = [("max" if searched else int_text(b)) for searched, b in zip(rows["batch_searched"], rows["batch_size"])]
-    for name in ("width", "height", "depth", "world_size"):
+    for name in (*SHAPE_FIELDS, "world_size"):
         rows[f"{name}_key"] = [int_text(v) if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
     for name in OTHER_SHAPES:  # exact: 2147483648 rows is not 2.15e+09
         rows[f"{name}_key"] = [f"{v:.12g}" if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]

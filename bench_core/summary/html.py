@@ -254,7 +254,7 @@ def drop_constant(table: pd.DataFrame, columns: dict[str, str], keep: tuple[str,
     """Hide columns that say the same thing on every row (machine when there is one, compile when off)."""
     drop = [c for c in columns if c in table and c not in keep and table[c].nunique(dropna=False) <= 1
             and c in ("machine", "world_size", "compile", "channels_last", "input_shape", "mpx_per_s", "mvox_per_s")]
-    drop += [c for c in ("mpx_per_s", "mvox_per_s", "peak_memory_mib", "samples_per_s", "sample_unit")
+    drop += [c for c in ("mpx_per_s", "mvox_per_s", "images_per_s", "peak_memory_mib", "samples_per_s", "sample_unit")
              if c in table and table[c].isna().all()]
     return table.drop(columns=list(dict.fromkeys(drop)))
 

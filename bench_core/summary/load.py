@@ -38,6 +38,7 @@ NUMERIC = [
     "kv_cache_bytes", "flops_per_sample_counted", "cost_per_million",
     "num_tables", "rows_per_table", "embedding_dim", "indices_per_lookup", "zipf_exponent", "embedding_table_bytes",
     "embedding_bytes_per_s",
+    "latent_size", "denoise_steps", "audio_frames", "denoise_steps_per_s", "images_per_s", "audio_s_per_s",
 ]
 
 
@@ -45,7 +46,7 @@ ENVIRONMENT_FIELDS = [
     "host", "device_type", "device_name", "device_count", "gpu_name", "gpu_count", "gpu_memory_bytes",
     "gpu_compute_capability", "driver_version", "cuda_version", "cudnn_version", "cpu_model", "cpu_count",
     "threads", "torch_threads", "os", "python_version", "torch_version", "torchvision_version", "timm_version",
-    "smp_version", "transformers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled",
+    "smp_version", "transformers_version", "diffusers_version", "project_version", "git_commit", "tf32_enabled", "cudnn_benchmark_enabled",
     "dist_backend", "rank_devices", "slurm_job_id", "slurm_node", "slurm_exclusive", "result_dir",
 ]
 

@@ -1,6 +1,7 @@
-"""The report's section on sequence workloads (rows in tokens/s): tokens/s and MFU by model and
-precision, the formula's FLOPs beside the counted ones; and for generate, decode tokens/s against
-batch size beside time to first token, the latency/throughput trade-off that decides how to serve.
+"""The report's section on sequence workloads (rows in tokens/s: text models, and speech models'
+generation): tokens/s and MFU by model and precision, the formula's FLOPs beside the counted ones;
+and for generate, decode tokens/s against batch size beside time to first token, the
+latency/throughput trade-off that decides how to serve.
 """
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ def sequence_table(res: Results) -> pd.DataFrame:
         flops_per_sample=("flops_per_sample", "median"), flops_counted=("flops_per_sample_counted", "median"),
         flops_method=("flops_method", first), params_count=("params_count", "median"),
         attention=("attention_kernel", first), attn_implementation=("attn_implementation", first)).reset_index()
-    table["formula_vs_counted"] = table["flops_per_sample"] / table["flops_counted"]
     table["flops"] = [("formula" if str(m).startswith("formula") else "counted") if isinstance(m, str) else ""
                       for m in table["flops_method"]]
+    # Only a formula has a counted figure to agree with: a counted row's own ratio (1) would say nothing.
+    table["formula_vs_counted"] = (table["flops_per_sample"] / table["flops_counted"]).where(table["flops"] == "formula")
     return sort_table(table)
 
 
@@ -57,7 +59,8 @@ def generation_table(res: Results) -> pd.DataFrame:
         ttft_ms=("ttft_ms_median", "median"), ttft_ms_p95=("ttft_ms_p95", "median"),
         decode_tokens_per_s=("decode_tokens_per_s", "median"), itl_ms=("itl_ms_median", "median"),
         itl_ms_p95=("itl_ms_p95", "median"), tokens_per_s=("tokens_per_s", "median"),
-        prefill_tokens_per_s=("prefill_tokens_per_s", "median"), kv_cache_mib=("_kv_mib", "median"),
+        prefill_tokens_per_s=("prefill_tokens_per_s", "median"), audio_s_per_s=("audio_s_per_s", "median"),
+        kv_cache_mib=("_kv_mib", "median"),
         peak_memory_mib=("_memory_mib", "median")).reset_index()
     return sort_table(table)
 
@@ -76,7 +79,7 @@ def show_sequences(res: Results) -> None:
     paragraph("MFU divides the standard transformer FLOPs (6N + 12·L·H·Q·T per trained token, 2N + 4·L·H·Q·T per "
               "forward token, PaLM appendix B, with N the parameters that multiply) by the time and the peak; the "
               "FLOP counter's figure for the same step stands beside it (formula / counted near 1: the two agree). "
-              "Where no formula applies (an encoder-decoder's generation) MFU divides the counted FLOPs.")
+              "Where no formula applies (an encoder-decoder's generation, a speech model) MFU divides the counted FLOPs.")
     generation = generation_table(res)
     if generation.empty:
         return
@@ -86,6 +89,8 @@ def show_sequences(res: Results) -> None:
         "input_shape": "input", "ttft_ms": "time to first token, ms (median)", "ttft_ms_p95": "TTFT p95, ms",
         "decode_tokens_per_s": "decode tokens/s", "itl_ms": "inter-token latency, ms (median)",
         "itl_ms_p95": "ITL p95, ms", "tokens_per_s": "output tokens/s", "prefill_tokens_per_s": "prefill tokens/s",
+        **({"audio_s_per_s": "audio s/s (speech: whole transcriptions)"} if generation["audio_s_per_s"].notna().any()
+           else {}),
         "kv_cache_mib": "KV cache MiB", "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}))
     paragraph(FRAMEWORK_NOTE)
 

@@ -54,7 +54,8 @@ def show_headline(res: Results) -> None:
                "compile": "compile", "channels_last": "channels_last", "throughput": "throughput (median)",
                "throughput_unit": "unit", "IQR of repeats": "IQR of repeats", "samples_per_s": "samples/s (median)",
                "sample_unit": "a sample", "step_time_ms": "step ms (median)", "mpx_per_s": "MPx/s",
-               "mvox_per_s": "MVox/s", "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}
+               "mvox_per_s": "MVox/s", "images_per_s": "images/s at its denoising steps",
+               "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}
     show_table(drop_constant(table, columns, keep=("model", "mode", "precision", "batch_size")), columns)
     searched = res.rows[(res.rows["status"] == "ok") & res.rows["batch_searched"]]
     for _, row in searched.drop_duplicates(["machine", "config"]).iterrows():

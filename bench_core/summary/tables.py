@@ -34,7 +34,8 @@ def headline_table(res: Results) -> pd.DataFrame:
         q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
         samples_per_s=("samples_per_s", "median"), sample_unit=("sample_unit", "first"),
         step_time_ms=("step_time_ms_median", "median"), mpx_per_s=("mpx_per_s", "median"),
-        mvox_per_s=("mvox_per_s", "median"), peak_memory_mib=("_peak_memory_mib", "median"))
+        mvox_per_s=("mvox_per_s", "median"), images_per_s=("images_per_s", "median"),
+        peak_memory_mib=("_peak_memory_mib", "median"))
     return sort_table(table.reset_index())
 
 

@@ -1,1 +1,1 @@
-"""What is run: one module per workload family (vision, volumetric, detection, text, recommendation), each declaring its tasks (sample, unit, input shape, synthetic batch: family.py) and its models; the registry that gathers them (models.py) and the precisions."""
+"""What is run: one module per workload family (vision, volumetric, detection, text, recommendation, diffusion, speech), each declaring its tasks (sample, unit, input shape, synthetic batch: family.py) and its models; the registry that gathers them (models.py) and the precisions."""

@@ -16,10 +16,12 @@ from bench_core.errors import ConfigError
 # Every config field that shapes an input, and what it applies to: a field set for a model whose
 # task does not read it is refused with this text.
 SHAPE_FIELDS = {"width": "image and 3D models", "height": "image and 3D models", "depth": "3D models",
-                "seq_len": "text models in train and infer", "prompt_len": "text models in generate",
-                "new_tokens": "text models in generate", "num_tables": "recommendation models",
-                "rows_per_table": "recommendation models", "embedding_dim": "recommendation models",
-                "indices_per_lookup": "recommendation models", "zipf_exponent": "recommendation models"}
+                "seq_len": "text models in train and infer, speech models in train",
+                "prompt_len": "text models in generate", "new_tokens": "text and speech models in generate",
+                "num_tables": "recommendation models", "rows_per_table": "recommendation models",
+                "embedding_dim": "recommendation models", "indices_per_lookup": "recommendation models",
+                "zipf_exponent": "recommendation models", "latent_size": "diffusion models",
+                "denoise_steps": "diffusion models in infer", "audio_frames": "speech models"}
 
 
 @dataclass
@@ -78,6 +80,12 @@ class Task:
         """The synthetic batch on `device` (inputs in `dtype` where they are floating point); each
         rank draws its own samples, as in real data-parallel training."""
         raise NotImplementedError
+
+    def units(self, cfg) -> tuple[str, str]:
+        """(sample_unit, throughput_unit) of a configuration: what samples_per_s counts, and the unit of
+        the headline rate. The same in every mode unless the modes count different things (diffusion
+        trains images but runs denoising steps; speech encodes audio seconds but generates tokens)."""
+        return f"{self.sample}s/s", self.unit
 
     def throughput(self, cfg, samples_per_s: float) -> float:
         """The rate in the task's unit (tokens/s from sequences/s, ...); the sample rate by default."""

@@ -1,12 +1,15 @@
-"""Generate, timed in phases: a prompt, then exactly `new_tokens` tokens with the KV cache
-(transformers' eager `generate`, greedy), each new token's end marked on the window's clock.
+"""Generate, timed in phases: a prompt (token ids, or an encoder's input such as log-mel frames), then
+exactly `new_tokens` tokens with the KV cache (transformers' eager `generate`, greedy), each new
+token's end marked on the window's clock.
 
 transformers calls a generation's stopping criteria once per new token, the first right after
 the prefill, so a criterion that never stops is where the marks go: no decode step runs outside
-the call the window times. torch and transformers code: the text family imports it only when it
-makes a generate workload.
+the call the window times. torch and transformers code: the text and speech families import it only
+when they make a generate workload.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
@@ -30,12 +33,14 @@ class TokenMarks(StoppingCriteria):
 
 
 class Generation:
-    """One generate call per step on a fixed prompt; `facts` gets the KV cache's bytes once."""
+    """One generate call per step on fixed inputs (generate's keyword arguments: input_ids and
+    attention_mask, or input_features); `facts` gets the KV cache's bytes once. `generate`
+    (model, **kwargs) replaces the model's own generate method where given."""
 
-    def __init__(self, prompt: torch.Tensor, new_tokens: int):
-        self.prompt = prompt
-        self.attention_mask = torch.ones_like(prompt)
+    def __init__(self, inputs: dict, new_tokens: int, generate: Callable | None = None):
+        self.inputs = inputs
         self.new_tokens = new_tokens
+        self.generate = generate
         self.marks = TokenMarks()
         # min = max: end-of-sequence cannot stop it early (random weights make any token likely).
         self.config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
@@ -44,10 +49,13 @@ class Generation:
 
     def __call__(self, model, mark=None):
         self.marks.mark, self.marks.count = mark, 0
-        out = model.generate(self.prompt, attention_mask=self.attention_mask, generation_config=self.config,
-                             stopping_criteria=StoppingCriteriaList([self.marks]))
+        settings = dict(generation_config=self.config, stopping_criteria=StoppingCriteriaList([self.marks]))
+        if self.generate is None:
+            out = model.generate(**self.inputs, **settings)
+        else:
+            out = self.generate(model, **self.inputs, **settings)
         # An encoder-decoder's output starts from its decoder start token, a decoder's from the prompt.
-        given = 1 if model.config.is_encoder_decoder else self.prompt.shape[-1]
+        given = 1 if model.config.is_encoder_decoder else self.inputs["input_ids"].shape[-1]
         produced = out.sequences.shape[-1] - given
         if produced != self.new_tokens or self.marks.count != self.new_tokens:
             raise RuntimeError(f"generate produced {produced} tokens ({self.marks.count} marked), asked for "

@@ -146,7 +146,7 @@ class TextTask(Task):
         if cfg.mode == "generate":
             from bench_core.workload.generation import Generation
             prompt = torch.randint(0, vocab, (cfg.batch_size, cfg.prompt_len), device=device, generator=generator)
-            run = Generation(prompt, cfg.new_tokens)
+            run = Generation({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, cfg.new_tokens)
             return Workload(prompt, loss=_model_loss, train_call=None, infer_call=None, generate_call=run,
                             facts=run.facts)
         ids = torch.randint(0, vocab, (cfg.batch_size, cfg.seq_len), device=device, generator=generator)
