@@ -179,6 +179,25 @@ def test_an_old_cached_peak_is_not_reused(tmp_path, monkeypatch):
     assert flops.cpu_peak("fp32", 1, measure=False).tflops is None
 
 
+def test_a_peak_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
+    """A peak measured under load is too low and inflates every MFU divided by it (a fp32 peak
+    measured at load 4.8 on 2 cores was a quarter of the quiet one): kept while the machine is
+    busy, with the reason in its source; measured again, and replaced, once it is quiet."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    busy = {"tflops": 1e-6, "op": "1024x1024 linear", "path": "float32", "threads": 1, "repeats": 3,
+            "measured_at": "2026-11-24T00:19:53+00:00", "load_avg_1m": 40.0, "cpu_count": 2}
+    flops.cache_path().parent.mkdir(parents=True)
+    flops.cache_path().write_text(json.dumps({flops._cache_key("float32", 1): busy}))
+    monkeypatch.setattr(flops.os, "getloadavg", lambda: (50.0, 50.0, 50.0))  # still busy: kept, and said
+    peak = flops.cpu_peak("fp32", 1)
+    assert peak.tflops == 1e-6 and "measured under load 40.0 on 2 cores" in peak.source
+    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # quiet now: measured again
+    peak = flops.cpu_peak("fp32", 1)
+    assert peak.tflops > 1e-3 and "under load" not in peak.source
+    (entry,) = json.loads(flops.cache_path().read_text()).values()
+    assert entry["tflops"] == peak.tflops and entry["load_avg_1m"] == 0.0
+
+
 def measured_row(**values):
     row = {"device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "precision": "amp-bf16", "world_size": 1,
            "samples_per_s": 1000.0, "samples_per_s_per_device": 1000.0, "timed_s": 5.0, "flops_per_sample": 1e9,

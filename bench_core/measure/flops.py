@@ -205,13 +205,25 @@ def _read_cache() -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _busy(load: float | None, cores: int | None) -> bool:
+    """A load that lowers a measured peak (and so inflates every MFU divided by it)."""
+    return load is not None and load > BUSY_LOAD_PER_CORE * (cores or 1)
+
+
+def _measured_busy(entry: dict) -> bool:
+    return _busy(entry.get("load_avg_1m"), entry.get("cpu_count"))
+
+
+def _quiet_now() -> bool:
+    return not _busy(os.getloadavg()[0], os.cpu_count())
+
+
 def _source(entry: dict) -> str:
     text = (f"measured: {entry['op']} {entry['path']}, {entry['threads']} threads, "
             f"best of {entry['repeats']} ({entry['measured_at'][:10]})")
-    load, cores = entry.get("load_avg_1m"), entry.get("cpu_count") or 1
-    if load is not None and load > BUSY_LOAD_PER_CORE * cores:
-        # A busy machine lowers the measured peak, which inflates every MFU divided by it.
-        text += f"; measured under load {load:.1f} on {cores} cores: re-measure with `bench peak --force`"
+    if _measured_busy(entry):
+        text += (f"; measured under load {entry['load_avg_1m']:.1f} on {entry.get('cpu_count') or 1} cores: "
+                 "measured again once the machine is quiet, or now with `bench peak --force`")
     return text
 
 
@@ -241,14 +253,18 @@ def cpu_peak(precision: str, threads: int | None = None, measure: bool = True, f
 
 
 def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | None:
+    """The cached peak of `path`; measured when there is none, and again when the cached one was
+    measured on a busy machine and this one is quiet now (the higher of the two is kept: a peak is
+    the best the machine was seen to do)."""
     key = _cache_key(path, threads)
     entry = None if force else _read_cache().get(key)
-    if entry is not None or not measure:
+    if not measure or (entry is not None and not (_measured_busy(entry) and _quiet_now())):
         return entry
     with locked(cache_path().parent):
         entry = None if force else _read_cache().get(key)  # another process may have measured
-        if entry is None:
-            entry = measure_path_peak(path, threads)
+        if entry is None or (_measured_busy(entry) and _quiet_now()):
+            fresh = measure_path_peak(path, threads)
+            entry = fresh if entry is None or fresh["tflops"] >= entry["tflops"] else entry
             cache = _read_cache()
             cache[key] = entry
             atomic_write_text(cache_path(), json.dumps(cache, indent=1, sort_keys=True))
