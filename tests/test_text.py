@@ -71,6 +71,14 @@ def test_tiny_gpt2_trains_in_tokens_per_second_with_the_transformer_mfu(configs)
     assert row["params_count"] == parameter_count_of(configs["gpt2"])
 
 
+def test_a_gpt2_says_its_loss_so_transformers_warns_of_no_guess(configs):
+    """transformers takes the loss from the model's class name; GPT2LMHeadModel names none, so it
+    warned '`loss_type=None` ... unrecognized' on every GPT-2 training run until the model said it."""
+    cfg = BenchConfig(**{**TINY_TEXT, "model": f"hf:{configs['gpt2']}"})
+    model = resolve_model(cfg.model).build(cfg)
+    assert model.loss_type == "ForCausalLM" and model.loss_function.__name__ == "ForCausalLMLoss"
+
+
 def parameter_count_of(path) -> int:
     from bench_core.workload.models import count_parameters
     cfg = BenchConfig(**{**TINY_TEXT, "model": f"hf:{path}"})

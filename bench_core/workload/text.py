@@ -62,14 +62,15 @@ class TextModel:
     def build(self, task: "TextTask"):
         import transformers
         config = self.hf_config()
-        if task.loss_type:  # said explicitly where transformers would warn that it has to guess
-            config.loss_type = task.loss_type
         if config.is_encoder_decoder:  # seq2seq training shifts the labels right from this token
             if getattr(config, "decoder_start_token_id", None) is None:
                 config.decoder_start_token_id = 0
             if getattr(config, "pad_token_id", None) is None:
                 config.pad_token_id = 0
-        return getattr(transformers, task.auto_class).from_config(config)
+        model = getattr(transformers, task.auto_class).from_config(config)
+        if task.loss_type:  # said explicitly where transformers would warn that it has to guess (it reads the
+            model.loss_type = task.loss_type  # model's, set from its class name: GPT2LMHeadModel names none)
+        return model
 
 
 class TextTask(Task):
