@@ -28,7 +28,7 @@ from bench_core.errors import (
 # name -> (module, one-line help). `bench --help` lists them from this table alone; a command's
 # module (and with it torch, for most) is imported only when that command runs or shows its --help.
 COMMANDS = {
-    "run": ("bench_core.cli.run", "run one benchmark configuration (train or infer) and print its rows"),
+    "run": ("bench_core.cli.run", "run one benchmark configuration (train, infer or generate) and print its rows"),
     "models": ("bench_core.cli.info", "list every model: name, task, default input, notes"),
     "sysinfo": ("bench_core.cli.info", "print the environment fingerprint and which precisions run natively"),
     "sweep": ("bench_core.cli.sweep", "run a params/*.yaml sweep through the notebook template (papermill)"),
