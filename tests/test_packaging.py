@@ -377,14 +377,19 @@ def test_wheel_builds_without_setuptools_warnings(wheel):
     assert not warnings, warnings
 
 
+def install_wheel(wheel: Path, target: Path) -> Path:
+    """The wheel installed (not editable, no dependencies) into the folder `target`."""
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
+                              "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    return target
+
+
 def test_installed_wheel_finds_its_own_notebooks(wheel, tmp_path):
     """Installed (not editable) into a folder, with the checkout nowhere on the path: `bench sweep`'s
     template and `bench report`'s summary notebook are the files inside the installed package."""
-    target = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
-                              "--disable-pip-version-check", "--target", str(target), str(wheel[0])],
-                             capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr[-2000:]
+    target = install_wheel(wheel[0], tmp_path / "site")
     probe = ("import json, os, sys\n"
              "import bench_core\n"
              "from bench_core.summary.report import SUMMARY_NOTEBOOK\n"
@@ -409,11 +414,7 @@ def test_installed_wheel_finds_its_own_notebooks(wheel, tmp_path):
 def test_rows_of_an_installed_wheel_name_the_commit_it_was_built_from(wheel, tmp_path):
     """A wheel (what `pip install .` builds) records its commit: its rows say it, with no git
     repository in sight; BENCH_GIT_COMMIT still overrides it (the Docker image sets it)."""
-    target = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
-                              "--disable-pip-version-check", "--target", str(target), str(wheel[0])],
-                             capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr[-2000:]
+    target = install_wheel(wheel[0], tmp_path / "site")
     run = ("import sys\nfrom bench_core.cli import main\n"
            "sys.exit(main(['run', '--model', 'resnet18', '--width', '32', '--height', '32', '--batch-size', '2',"
            " '--steps', '1', '--warmup-steps', '1', '--repeats', '1', '--min-seconds', '0', '--mode', 'infer',"

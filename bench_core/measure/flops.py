@@ -214,8 +214,9 @@ def _measured_busy(entry: dict) -> bool:
     return _busy(entry.get("load_avg_1m"), entry.get("cpu_count"))
 
 
-def _quiet_now() -> bool:
-    return not _busy(os.getloadavg()[0], os.cpu_count())
+def _to_measure(entry: dict | None) -> bool:
+    """No peak cached, or one measured on a busy machine while this one is quiet now."""
+    return entry is None or (_measured_busy(entry) and not _busy(os.getloadavg()[0], os.cpu_count()))
 
 
 def _source(entry: dict) -> str:
@@ -258,11 +259,11 @@ def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | No
     the best the machine was seen to do)."""
     key = _cache_key(path, threads)
     entry = None if force else _read_cache().get(key)
-    if not measure or (entry is not None and not (_measured_busy(entry) and _quiet_now())):
+    if not measure or not _to_measure(entry):
         return entry
     with locked(cache_path().parent):
         entry = None if force else _read_cache().get(key)  # another process may have measured
-        if entry is None or (_measured_busy(entry) and _quiet_now()):
+        if _to_measure(entry):
             fresh = measure_path_peak(path, threads)
             entry = fresh if entry is None or fresh["tflops"] >= entry["tflops"] else entry
             cache = _read_cache()
