@@ -24,6 +24,7 @@ from bench_core.errors import (
     interrupted_exit,
     sigterm_as_interrupt,
 )
+from bench_core.files import skip_iri_grammars
 
 # name -> (module, one-line help). `bench --help` lists them from this table alone; a command's
 # module (and with it torch, for most) is imported only when that command runs or shows its --help.
@@ -75,6 +76,7 @@ def command_in(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    skip_iri_grammars()  # before any command imports papermill or nbconvert
     command = command_in(argv)
     parser = build_parser(commands=[command] if command else [])
     if command and command not in COMMANDS:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench_core import results
 from bench_core.errors import EXIT_INTERRUPTED
+from bench_core.files import skip_iri_grammars
 from bench_core.results.rows import error_message, first_line
 
 
@@ -64,6 +65,7 @@ def child_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     signal.signal(signal.SIGTERM, _on_term)
     _die_with_parent(spec["parent_pid"])
+    skip_iri_grammars()
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
     try:
