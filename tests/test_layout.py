@@ -32,6 +32,9 @@ ALLOWED_IN_FUNCTION = {
     ("bench_core.workload.speech", "bench_core.workload.generation"),
     # The DLRM network is torch code (nn.Module subclasses): imported only when a recommendation model is built.
     ("bench_core.workload.recommendation", "bench_core.workload.dlrm"),
+    # The report command's module (pandas, scipy, matplotlib: 0.7 s), imported by bench sweep only when
+    # it makes a report: every sweep and SLURM task started that much later, --no-report or not.
+    ("bench_core.cli.sweep", "bench_core.summary.report"),
 }
 
 

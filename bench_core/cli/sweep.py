@@ -11,7 +11,6 @@ from bench_core import results
 from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from bench_core.files import check_writable
 from bench_core.results.rows import error_message
-from bench_core.summary.report import build_report
 from bench_core.sweep.execute import (
     TEMPLATE_ENV,
     Progress,
@@ -161,6 +160,9 @@ def _duration(seconds: float) -> str:
 
 def report_step(out_dir: Path) -> int:
     """The HTML report of this directory; a failure to build it is reported, never hides the rows."""
+    # The report command's own module, imported when a report is made: with pandas, scipy and matplotlib
+    # it costs 0.7 s at the start of every sweep (and of every SLURM task), --no-report or not.
+    from bench_core.summary.report import build_report
     try:
         path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html")
     except Exception as exc:  # noqa: BLE001 - the rows are safe; say why the report is missing
