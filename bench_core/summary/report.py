@@ -59,7 +59,10 @@ def build_report(result_dirs: list[Path], out_html: Path, title: str = "", basel
                                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                                    # Every output is here when the last cell ends: a graceful shutdown only
                                    # waited for the kernel process to exit (about 3.5 s a report).
-                                   shutdown_kernel="immediate")
+                                   shutdown_kernel="immediate",
+                                   # Written once at the end (and on a failure), not after every cell: only the
+                                   # finished notebook is read, and the saves cost about 0.4 s a report.
+                                   request_save_on_cell_execute=False)
     except papermill.PapermillExecutionError as exc:
         os.replace(tmp, executed)
         raise ReportError(f"the summary notebook failed in cell {exc.cell_index}: {exc.ename}: "
