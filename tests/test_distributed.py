@@ -161,8 +161,8 @@ def test_a_failing_worker_ends_the_run_with_its_error(fault, status, says, tmp_p
 def test_a_stuck_run_is_killed_at_the_launch_limit_leaving_no_process(tmp_path, monkeypatch):
     monkeypatch.setenv(ddp.FAULT_ENV, "hang-rank-1")
     cfg = tiny(nproc_per_node=2, dist_timeout_s=600)  # collectives would wait 10 minutes
-    (row,) = torchrun.launch(cfg, workdir=tmp_path, timeout_s=12)
-    assert row["status"] == "timeout" and "12 s launch limit" in row["message"]
+    (row,) = torchrun.launch(cfg, workdir=tmp_path, timeout_s=8)
+    assert row["status"] == "timeout" and "8 s launch limit" in row["message"]
     assert not _leftovers(tmp_path)
 
 

@@ -196,7 +196,7 @@ def test_the_same_command_again_submits_nothing_when_all_is_complete(requeued, c
 def test_scancel_of_a_shared_array_leaves_interrupted_rows_and_whole_files(cluster, tmp_path):
     # three configurations a task: when the slower task has finished its first, the other is still measuring
     sweep = sweep_file(tmp_path, "sc", "  - {batch_size: [2, 4, 6]}\n  - {model: [mobilenet_v3_large], batch_size: [2, 4, 6]}",
-                       3)
+                       2)
     out = tmp_path / "out"
     proc = start(cluster, tmp_path, str(sweep), "--time", "5", "--share", "--out", str(out), "--no-report")
     job = wait_for(lambda: job_id(tmp_path), 120, "the submission", proc, tmp_path)
