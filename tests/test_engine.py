@@ -170,3 +170,45 @@ def test_batch_size_max_is_a_config_value_and_its_cap_counts_only_with_it():
     # (rows measured before the field existed stay complete); with max it is part of what is run.
     assert tiny(max_batch_size=8).config_hash() == tiny().config_hash()
     assert tiny(batch_size="max", max_batch_size=8).config_hash() != tiny(batch_size="max").config_hash()
+
+
+class _CyclicNet(nn.Module):
+    """Holds a reference to itself: only the garbage collector can free it, not reference counting."""
+    made = []  # weak references to every instance
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(3 * 8 * 8, 1000)  # the classification task draws labels of 1000 classes
+        self.itself = [self]
+        _CyclicNet.made.append(__import__("weakref").ref(self))
+
+    def forward(self, x):
+        return self.layer(x.flatten(1))
+
+
+register_model(ModelSpec("test_cyclic_net", "classification", lambda cfg: _CyclicNet(), default_size=(8, 8, None)))
+
+
+def test_a_session_freezes_what_was_there_and_still_frees_each_configuration_s_model():
+    """old_objects_frozen: one full collection at the start, the objects already there frozen (later
+    collections skip them), and each configuration's model freed at its end even when only the
+    collector can free it; on leaving, the collector is as before. Nested sessions change nothing."""
+    import gc
+
+    from bench_core.run.runner import old_objects_frozen
+    gc.unfreeze()  # the suite froze its imports (conftest.py); a session freezes where nothing is frozen
+    try:
+        with old_objects_frozen():
+            frozen = gc.get_freeze_count()
+            assert frozen > 0
+            with old_objects_frozen():  # an enclosing session already froze: nothing changes
+                assert gc.get_freeze_count() == frozen
+            assert gc.get_freeze_count() == frozen
+            for mode in ("train", "infer"):
+                (row,) = run_benchmark(tiny(model="test_cyclic_net", mode=mode, width=8, height=8))
+                assert row["status"] == "ok", row["message"]
+                assert [ref() for ref in _CyclicNet.made] == [None] * len(_CyclicNet.made)  # freed at its end
+            assert len(_CyclicNet.made) == 2 and gc.get_freeze_count() > 0  # (frozen objects can still die of refcount)
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.freeze()

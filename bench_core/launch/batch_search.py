@@ -24,7 +24,7 @@ from bench_core.launch.placement import run_placed
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, run_fields
-from bench_core.run.runner import Progress
+from bench_core.run.runner import Progress, old_objects_frozen
 
 # A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step
 # (with compile, MIN_COMPILE_WARMUP_STEPS warm-up steps: config refuses fewer).
@@ -157,7 +157,7 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         return min(p.batch_size for p in search.probes if p.status in RAN)
 
     last_ok, first_bad = 0, None
-    with _cpu_memory_cap(device.type) as search.memory_limit_bytes:
+    with old_objects_frozen(), _cpu_memory_cap(device.type) as search.memory_limit_bytes:
         try:
             batch = start_batch_size
             while True:  # grow

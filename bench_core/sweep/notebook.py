@@ -22,6 +22,7 @@ from bench_core.errors import ConfigError
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, new_run_id, run_fields
+from bench_core.run.runner import old_objects_frozen
 from bench_core.workload.models import resolve_model
 
 # Parameters of the template that are not BenchConfig fields: where rows go, and whether
@@ -193,15 +194,16 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
     say = progress or (lambda msg: None)
     if kept:
         say(f"{len(kept)} configuration(s) already complete in {plan.run_dir}: kept, not re-run")
-    for cfg in pending:
-        with warnings.catch_warnings(record=True) as caught, profiles_under(plan.out_dir):
-            warnings.simplefilter("always")
-            new_rows = run_benchmark(cfg, progress=say)
-        # Warnings would print to stderr (a red box in the HTML); show them once, as text.
-        for message in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
-            say(f"warning: {message}")
-        rows += new_rows
-        results.write_run(plan.out_dir, plan.run_name, rows)
+    with old_objects_frozen():  # one full collection for the execution, not one per configuration
+        for cfg in pending:
+            with warnings.catch_warnings(record=True) as caught, profiles_under(plan.out_dir):
+                warnings.simplefilter("always")
+                new_rows = run_benchmark(cfg, progress=say)
+            # Warnings would print to stderr (a red box in the HTML); show them once, as text.
+            for message in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
+                say(f"warning: {message}")
+            rows += new_rows
+            results.write_run(plan.out_dir, plan.run_name, rows)
     wanted = {cfg.config_hash() for cfg in plan.configs}
     return [r for r in rows if str(r.get("config_hash")) in wanted]
 
