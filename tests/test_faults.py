@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench_core import results
+from bench_core import cli, results
 from bench_core.config import BenchConfig, ConfigError
 from bench_core.config.sweepfile import SWEEP_KEYS
 from bench_core.sweep.execute import find_template
@@ -41,9 +41,12 @@ def start_sweep(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def bench_sweep(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench_core", "sweep", *args, "--no-report"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+def sweep_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`bench sweep ... --no-report` in this process (its executions are processes of their own, as always):
+    where the sweep's own process is not what a test stops or kills, its start (1.6 s) is saved."""
+    code = cli.main(["sweep", *args, "--no-report"])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["bench", "sweep", *args], code, out.out, out.err)
 
 
 def processes_in(folder: Path) -> list[psutil.Process]:
@@ -99,7 +102,7 @@ def assert_store_intact(out: Path) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path):
+def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path, capsys):
     # Two executions (one per model); the second runs infer then train, each measuring for a few seconds.
     sweep = write_sweep(tmp_path / "killed.yaml", [
         {"model": ["resnet18"]}, {"model": ["mobilenet_v3_large"], "mode": ["infer", "train"], "min_seconds": 1,
@@ -121,7 +124,7 @@ def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path):
     kept_first, kept_infer = results.read_run(first), results.read_run(second)
     assert_store_intact(out)
 
-    again = bench_sweep(str(sweep), "--out", str(out))
+    again = sweep_here(capsys, str(sweep), "--out", str(out))
     assert again.returncode == 0, again.stderr[-2000:]
     # The half-finished run directory is recognised and only its missing configuration redone.
     assert f"redo {second.name}: left unfinished by a sweep that was killed; 1 of 2" in again.stderr
@@ -136,7 +139,7 @@ def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path):
 
 
 @pytest.mark.slow
-def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path):
+def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path, capsys):
     # The first execution measures for a long time; the second never starts.
     sweep = write_sweep(tmp_path / "stopped.yaml", [{"min_seconds": 120, "mode": ["train", "infer"]},
                                                     {"model": ["mobilenet_v3_large"]}])
@@ -148,7 +151,7 @@ def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path):
         time.sleep(2)
 
         # A second sweep into the same directory is refused at once, in one line, writing nothing.
-        other = bench_sweep(str(sweep), "--out", str(out))
+        other = sweep_here(capsys, str(sweep), "--out", str(out))
         assert other.returncode == 2
         assert other.stderr.strip().splitlines() == [
             f"bench sweep: error: out: {out} is in use by another bench sweep (pid {proc.pid}); "
@@ -190,7 +193,7 @@ if model == "resnet18":
 
 
 @pytest.mark.slow
-def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes_on(tmp_path):
+def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes_on(tmp_path, capsys):
     template = template_with(FAULTS, tmp_path / "faulty.ipynb")
     # Order: the hang first, so the other two show that the sweep went on after a timeout.
     sweep = write_sweep(tmp_path / "faults.yaml", {"model": ["resnet18", "mobilenet_v3_large",
@@ -198,7 +201,7 @@ def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes
     out = tmp_path / "out"
     hung, failed, died = run_dirs(out, sweep)
 
-    done = bench_sweep(str(sweep), "--out", str(out), "--template", str(template))
+    done = sweep_here(capsys, str(sweep), "--out", str(out), "--template", str(template))
     assert done.returncode == 1, done.stderr[-2000:]
     assert "3 failed (1 crashed, 1 error, 1 timeout)" in done.stdout.strip().splitlines()[-1]
     assert wait_until_gone(tmp_path) == []  # the hung kernel was killed with its papermill process
@@ -227,12 +230,12 @@ os.kill(os.getppid(), signal.SIGTERM)"""
 
 
 @pytest.mark.slow
-def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed(tmp_path):
+def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed(tmp_path, capsys):
     template = template_with(STOPPED_FROM_OUTSIDE, tmp_path / "stopped.ipynb")
     sweep = write_sweep(tmp_path / "stopped.yaml", {"seed": [0]})
     out = tmp_path / "out"
     (run_dir,) = run_dirs(out, sweep)
-    done = bench_sweep(str(sweep), "--out", str(out), "--template", str(template))
+    done = sweep_here(capsys, str(sweep), "--out", str(out), "--template", str(template))
     assert done.returncode == 1, done.stderr[-2000:]
     (row,) = results.read_run(run_dir)
     assert row["status"] == "interrupted" and "SIGTERM" in row["message"]

@@ -7,9 +7,10 @@ from bench_core.workload.models import REGISTRY, model_table, resolve_model
 from conftest import tiny
 
 # The smallest sizes each model accepts (detection and 3D models have their own floors), and a batch of one
-# where a model's cost is per image whatever its size (Mask R-CNN samples 512 regions per image).
-SMALL = {"ssd300_vgg16": dict(width=300, height=300),
-         "fasterrcnn_resnet50_fpn_v2": dict(width=64, height=64),
+# where a model's cost is per image whatever its size (SSD resizes every image to 300 px, the R-CNNs sample
+# 512 regions per image). Detection batches of two images run in tests/test_instance_segmentation.py.
+SMALL = {"ssd300_vgg16": dict(width=300, height=300, batch_size=1),
+         "fasterrcnn_resnet50_fpn_v2": dict(width=64, height=64, batch_size=1),
          "maskrcnn_resnet50_fpn_v2": dict(width=64, height=64, batch_size=1),
          "unet3d": dict(width=16, height=16, depth=16)}
 SLOW = {"swin_b", "fasterrcnn_resnet50_fpn_v2", "ssd300_vgg16", "convnext_base", "vgg16", "resnext50_32x4d"}

@@ -37,6 +37,14 @@ def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout, cwd=ROOT)
 
 
+def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`bench ...` in this process, where the command's own process start (1.6 s) is not what a test checks
+    (the sweep's executions are processes of their own either way)."""
+    code = cli.main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["bench", *args], code, out.out, out.err)
+
+
 def run_rows(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "results.csv")
 
@@ -158,20 +166,20 @@ def test_the_template_run_from_notebooks_writes_to_outputs_lab_and_nothing_besid
 
 
 @pytest.mark.slow
-def test_second_run_skips_both_and_force_reruns(tiny_sweep):
+def test_second_run_skips_both_and_force_reruns(tiny_sweep, capsys):
     path, out, first = tiny_sweep
     assert first.returncode == 0
     before = run_rows(out)
     notebook = next(out.glob("runs/*/benchmark.ipynb"))
     stamp = notebook.stat().st_mtime_ns
 
-    again = bench("sweep", str(path), "--out", str(out), "--no-report")
+    again = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "0 complete, 2 skipped" in again.stdout
     assert notebook.stat().st_mtime_ns == stamp  # no kernel was started
     assert sorted(run_rows(out)["run_id"]) == sorted(before["run_id"])
 
-    forced = bench("sweep", str(path), "--out", str(out), "--no-report", "--force")
+    forced = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report", "--force")
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "2 complete, 0 skipped" in forced.stdout
     after = run_rows(out)
@@ -214,7 +222,7 @@ def test_bad_sweep_file_is_refused_before_anything_runs(case, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_batch_size_max_is_a_recorded_search_then_a_run(tmp_path):
+def test_batch_size_max_is_a_recorded_search_then_a_run(tmp_path, capsys):
     # resnet18 inference at 32 px, searched up to 4: probes 1, 2, 4 (each in a fresh process), then
     # the run at 4; batch 2 beside it shares the papermill execution.
     path = write_sweep(tmp_path, "max", {"batch_size": ["max", 2]}, mode="infer", max_batch_size=4)
@@ -232,7 +240,7 @@ def test_batch_size_max_is_a_recorded_search_then_a_run(tmp_path):
                     for c in nb.cells for o in c.get("outputs", []))
     assert "find-batch: batch 4: ok" in shown and "4 (max)" in shown and "probes: 1 ok, 2 ok, 4 ok" in shown
     # The configuration as requested (max) is complete: a re-run searches nothing.
-    again = bench("sweep", str(path), "--out", str(out), "--no-report")
+    again = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report")
     assert again.returncode == 0 and "0 complete, 2 skipped" in again.stdout
 
 
