@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
+import torchvision
 
 from bench_core import cli, results
 
@@ -66,6 +67,10 @@ def test_two_process_ddp_gives_one_row_with_global_throughput(ddp_run):
     assert row["rank_devices"].count("cpu") == 2 and "rank1@" in row["rank_devices"]
     assert row["threads"] == worker.threads_per_process(tiny(), 2)  # cores shared, not torchrun's 1
     assert any("repeat 1/1" in m for m in messages)  # rank 0's progress reaches the caller
+    # The model's size reaches the row and its summary.csv line (counted independently here).
+    resnet18 = sum(p.numel() for p in torchvision.models.resnet18(weights=None).parameters())
+    (line,) = results.summary_lines(rows)
+    assert row["params_count"] == line["params_count"] == resnet18 and line["repeats_ok"] == 1
     assert not _leftovers(work)
 
 

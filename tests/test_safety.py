@@ -157,13 +157,12 @@ def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tm
 
 
 @pytest.mark.slow
-def test_a_sweep_that_fills_the_disk_says_what_is_safe_and_resumes(mount_tmpfs, tmp_path):
+def test_a_sweep_that_fills_the_disk_says_what_is_safe_and_resumes(mount_tmpfs, tmp_path, capsys):
     full = mount_tmpfs("full", "size=64k")  # the first execution's rows fit, not all both executions write
     sweep = tmp_path / "s.yaml"
     sweep.write_text("name: s\ngrid:\n  seed: [0, 1]\nsettings: {model: resnet18, width: 32, height: 32, "
                      "batch_size: 2, steps: 2, warmup_steps: 1, repeats: 1, min_seconds: 0, device: cpu}\n")
-    done = subprocess.run([sys.executable, "-m", "bench_core", "sweep", str(sweep), "--out", str(full / "o"),
-                           "--no-report"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = bench_here(capsys, "sweep", str(sweep), "--out", str(full / "o"), "--no-report")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("bench sweep: error:")]
     assert "No space left on device; 1 rows were saved before that" in line and "run the same command" in line

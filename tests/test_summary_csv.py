@@ -95,15 +95,8 @@ def test_summary_has_one_line_per_configuration_with_the_medians_of_results_csv(
     assert len(read(out, "summary.csv")) == 3 and len(read(out, "machines.csv")) == 1
 
 
-def test_ddp_and_batch_size_max_rows_carry_params_count(tmp_path, capsys):
-    out = tmp_path / "r"
-    assert bench_here(capsys, "run", *TINY_FLAGS, "--nproc-per-node", "2", "--dist-timeout-s", "60",
-                      "--out", str(out)).returncode == 0
-    rows = read(out, "results.csv")
-    assert list(rows["world_size"]) == [2, 2] and set(rows["params_count"]) == {RESNET18_PARAMS}
-    line = line_of(read(out, "summary.csv"), world_size=2)
-    assert line["params_count"] == RESNET18_PARAMS and line["repeats_ok"] == 2
-
+def test_batch_size_max_rows_carry_params_count():
+    # (A DDP run's rows and summary line: tests/test_distributed.py, on the rows of its two-process run.)
     # batch_size max: the probe and the run each in a fresh process, as `bench run --batch-size max` does.
     search, max_rows = run_at_max_batch(tiny(mode="infer", repeats=1), max_batch_size=1, isolate=True)
     assert search.ok and search.probes[0].params_count == RESNET18_PARAMS == search.params_count
