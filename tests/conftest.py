@@ -1,5 +1,6 @@
 """Shared test set-up: tiny configurations that run the real code in a second or two."""
 import os
+import subprocess
 import tempfile
 
 import pytest
@@ -27,6 +28,19 @@ def tiny(**changes) -> BenchConfig:
 @pytest.fixture
 def tiny_config():
     return tiny
+
+
+def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`bench ARGS` through the same main in this test's process: exit status, stdout and stderr.
+    For the tests where the command's own process start (a second torch import, 1.6 s) is not what
+    they check; a sweep's executions still run in processes of their own."""
+    from bench_core.cli import main
+    try:
+        code = main(list(args))
+    except SystemExit as stop:  # argparse's --help and usage errors
+        code = stop.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["bench", *args], code, out.out, out.err)
 
 
 # A test marked `alone` measures something whose verdict needs a quiet machine (bench diff of the

@@ -8,7 +8,7 @@ import pytest
 
 from bench_core.cli import COMMANDS
 from bench_core.cli import main as bench_main
-from conftest import TINY
+from conftest import TINY, bench_here
 
 TINY_FLAGS = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--steps", "2",
               "--warmup-steps", "1", "--repeats", "2", "--min-seconds", "0", "--device", "cpu"]
@@ -18,16 +18,6 @@ def bench(*args, cwd=None):
     """The installed entry point in a process of its own (exit codes and output as a shell sees them)."""
     return subprocess.run([sys.executable, "-m", "bench_core", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
-
-
-def bench_here(capsys, *args) -> subprocess.CompletedProcess:
-    """The same `bench` main in this process (no second torch import): exit code, stdout, stderr."""
-    try:
-        code = bench_main(list(args))
-    except SystemExit as stop:  # argparse's --help and usage errors
-        code = stop.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 def test_run_prints_a_table_and_writes_rows(tmp_path, capsys):

@@ -17,11 +17,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench_core import cli, results
+from bench_core import results
 from bench_core.config import BenchConfig, ConfigError
 from bench_core.config.sweepfile import SWEEP_KEYS
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep, parse_sweep
+from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model": "resnet18", "width": 32, "height": 32, "batch_size": 2, "steps": 2, "warmup_steps": 1,
@@ -39,14 +40,6 @@ def write_sweep(path: Path, grid, timeout_s=None, **settings) -> Path:
 def start_sweep(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bench_core", "sweep", *args, "--no-report"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def sweep_here(capsys, *args: str) -> subprocess.CompletedProcess:
-    """`bench sweep ... --no-report` in this process (its executions are processes of their own, as always):
-    where the sweep's own process is not what a test stops or kills, its start (1.6 s) is saved."""
-    code = cli.main(["sweep", *args, "--no-report"])
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(["bench", "sweep", *args], code, out.out, out.err)
 
 
 def processes_in(folder: Path) -> list[psutil.Process]:
@@ -124,7 +117,7 @@ def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path, capsys):
     kept_first, kept_infer = results.read_run(first), results.read_run(second)
     assert_store_intact(out)
 
-    again = sweep_here(capsys, str(sweep), "--out", str(out))
+    again = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--no-report")
     assert again.returncode == 0, again.stderr[-2000:]
     # The half-finished run directory is recognised and only its missing configuration redone.
     assert f"redo {second.name}: left unfinished by a sweep that was killed; 1 of 2" in again.stderr
@@ -151,7 +144,7 @@ def test_second_sweep_is_refused_and_ctrl_c_stops_cleanly(tmp_path, capsys):
         time.sleep(2)
 
         # A second sweep into the same directory is refused at once, in one line, writing nothing.
-        other = sweep_here(capsys, str(sweep), "--out", str(out))
+        other = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--no-report")
         assert other.returncode == 2
         assert other.stderr.strip().splitlines() == [
             f"bench sweep: error: out: {out} is in use by another bench sweep (pid {proc.pid}); "
@@ -201,7 +194,7 @@ def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes
     out = tmp_path / "out"
     hung, failed, died = run_dirs(out, sweep)
 
-    done = sweep_here(capsys, str(sweep), "--out", str(out), "--template", str(template))
+    done = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--template", str(template), "--no-report")
     assert done.returncode == 1, done.stderr[-2000:]
     assert "3 failed (1 crashed, 1 error, 1 timeout)" in done.stdout.strip().splitlines()[-1]
     assert wait_until_gone(tmp_path) == []  # the hung kernel was killed with its papermill process
@@ -235,7 +228,7 @@ def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed
     sweep = write_sweep(tmp_path / "stopped.yaml", {"seed": [0]})
     out = tmp_path / "out"
     (run_dir,) = run_dirs(out, sweep)
-    done = sweep_here(capsys, str(sweep), "--out", str(out), "--template", str(template))
+    done = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--template", str(template), "--no-report")
     assert done.returncode == 1, done.stderr[-2000:]
     (row,) = results.read_run(run_dir)
     assert row["status"] == "interrupted" and "SIGTERM" in row["message"]

@@ -16,19 +16,10 @@ import psutil
 import pytest
 
 from bench_core import results
-from bench_core.cli import main as bench_main
+from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--device", "cpu"]
-
-
-def bench_here(capsys, *args) -> subprocess.CompletedProcess:
-    try:
-        code = bench_main(list(args))
-    except SystemExit as stop:
-        code = stop.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 @contextlib.contextmanager

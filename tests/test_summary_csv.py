@@ -3,8 +3,8 @@ what a user pastes into a spreadsheet, checked against results.csv and an indepe
 import pandas as pd
 import pytest
 import torchvision
-from conftest import tiny
-from test_cli import TINY_FLAGS, bench_here
+from conftest import bench_here, tiny
+from test_cli import TINY_FLAGS
 
 from bench_core import results
 from bench_core.cli.report import refresh_from_runs

@@ -20,6 +20,7 @@ from bench_core.config import BenchConfig, ConfigError
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep
 from bench_core.sweep.notebook import expand_configurations
+from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SETTINGS = {"model": "resnet18", "width": 32, "height": 32, "batch_size": 2, "steps": 2, "warmup_steps": 1,
@@ -35,14 +36,6 @@ def write_sweep(folder: Path, name: str, grid: dict, **settings) -> Path:
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench_core", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
-
-
-def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
-    """`bench ...` in this process, where the command's own process start (1.6 s) is not what a test checks
-    (the sweep's executions are processes of their own either way)."""
-    code = cli.main(list(args))
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(["bench", *args], code, out.out, out.err)
 
 
 def run_rows(out: Path) -> pd.DataFrame:
