@@ -96,10 +96,10 @@ def assert_store_intact(out: Path) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_sigkill_of_the_sweep_then_rerun_finishes_the_rest(tmp_path, capsys):
-    # Two executions (one per model); the second runs infer then train, each measuring for a few seconds.
+    # Two executions (one per model); the second runs infer then train, the train windows 1 s each.
     sweep = write_sweep(tmp_path / "killed.yaml", [
-        {"model": ["resnet18"]}, {"model": ["mobilenet_v3_large"], "mode": ["infer", "train"], "min_seconds": 1,
-                                  "repeats": 2}])
+        {"model": ["resnet18"]}, {"model": ["mobilenet_v3_large"], "mode": ["infer"], "repeats": 2},
+        {"model": ["mobilenet_v3_large"], "mode": ["train"], "min_seconds": 1, "repeats": 2}])
     out = tmp_path / "out"
     first, second = run_dirs(out, sweep)
     proc = start_sweep(str(sweep), "--out", str(out))

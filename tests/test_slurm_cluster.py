@@ -124,9 +124,11 @@ def leftovers(out: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def requeued(cluster, tmp_path_factory):
     """Two executions, one per model (one array of two tasks); task 0 holds two configurations and is requeued
-    (`scontrol requeue`) as soon as its first configuration's rows are written."""
+    (`scontrol requeue`) as soon as its first configuration's rows are written, while the second measures
+    (its windows 1 s each; the others' are as short as they come)."""
     folder = tmp_path_factory.mktemp("requeue")
-    sweep = sweep_file(folder, "rq", "  - {batch_size: [2, 4]}\n  - {model: [mobilenet_v3_large], batch_size: [2]}", 1)
+    sweep = sweep_file(folder, "rq", "  - {batch_size: [2], min_seconds: [0]}\n  - {batch_size: [4]}\n"
+                       "  - {model: [mobilenet_v3_large], batch_size: [2], min_seconds: [0]}", 1)
     out = folder / "out"
     proc = start(cluster, folder, str(sweep), "--time", "5", "--out", str(out), "--no-report")
     job = wait_for(lambda: job_id(folder), 120, "the submission", proc, folder)
