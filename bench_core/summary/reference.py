@@ -10,13 +10,13 @@ import re
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from bench_core.results.comparison import (
     CONFIDENCE,
     MIN_EFFECT,
     Comparison,
     decide,
+    t_quantile,
     usable,
 )
 from bench_core.summary.load import WORKLOAD, Results
@@ -101,7 +101,7 @@ def published_comparison(ours, published: float, published_std: float = math.nan
     if len(values) < 2:
         c = Comparison(ratio, None, None, "too few repeats", "one repeat of ours", 1, len(values))
     else:
-        half = stats.t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1) * math.sqrt(
+        half = t_quantile(0.5 + CONFIDENCE / 2, len(values) - 1) * math.sqrt(
             logs.var(ddof=1) / len(values) + (published_std / published) ** 2)
         c = decide(ratio, math.exp(shift - half), math.exp(shift + half), 1, len(values), MIN_EFFECT, CONFIDENCE)
     return {"ratio": ratio, "low": c.low if c.has_interval else math.nan,
