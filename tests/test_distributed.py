@@ -152,13 +152,13 @@ def test_a_failing_worker_ends_the_run_with_its_error(fault, status, says, tmp_p
     monkeypatch.setenv(ddp.FAULT_ENV, fault)
     monkeypatch.setenv(torchrun.WORKDIR_ENV, str(tmp_path))
     start = time.monotonic()
-    rows = run_benchmark(tiny(nproc_per_node=2, dist_timeout_s=8))
+    rows = run_benchmark(tiny(nproc_per_node=2, dist_timeout_s=5))
     elapsed = time.monotonic() - start
     (row,) = rows
     assert row["status"] == status
     assert (says % socket.gethostname() if "%s" in says else says) in row["message"]
     assert row["world_size"] == 2 and row["nproc_per_node"] == 2
-    assert elapsed < torchrun.launch_timeout_s(tiny(dist_timeout_s=8))  # bounded, not the watchdog
+    assert elapsed < torchrun.launch_timeout_s(tiny(dist_timeout_s=5))  # bounded, not the watchdog
     assert not _leftovers(tmp_path)
 
 
