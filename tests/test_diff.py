@@ -28,6 +28,7 @@ from bench_core.errors import (
 from bench_core.measure.noise import disturbances
 from bench_core.results.comparison import RUN_SHIFT
 from bench_core.sweep.plan import load_sweep
+from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,12 +37,8 @@ TINY_FLAGS = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch
 
 
 def bench(capsys, *args) -> tuple[int, str, str]:
-    try:
-        code = bench_main(list(args))
-    except SystemExit as stop:  # argparse usage errors
-        code = stop.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    done = bench_here(capsys, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.fixture(scope="module")

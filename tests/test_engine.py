@@ -1,5 +1,7 @@
 """The engine as a user meets it from Python: run_benchmark(BenchConfig) -> honest rows."""
+import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -8,6 +10,7 @@ from torch import nn
 from bench_core import BenchConfig, ConfigError, run_benchmark
 from bench_core.workload.models import ModelSpec, register_model
 from bench_core.results import SCHEMA_VERSION, columns
+from bench_core.run.runner import old_objects_frozen
 from conftest import tiny
 
 
@@ -180,7 +183,7 @@ class _CyclicNet(nn.Module):
         super().__init__()
         self.layer = nn.Linear(3 * 8 * 8, 1000)  # the classification task draws labels of 1000 classes
         self.itself = [self]
-        _CyclicNet.made.append(__import__("weakref").ref(self))
+        _CyclicNet.made.append(weakref.ref(self))
 
     def forward(self, x):
         return self.layer(x.flatten(1))
@@ -193,9 +196,6 @@ def test_a_session_freezes_what_was_there_and_still_frees_each_configuration_s_m
     """old_objects_frozen: one full collection at the start, the objects already there frozen (later
     collections skip them), and each configuration's model freed at its end even when only the
     collector can free it; on leaving, the collector is as before. Nested sessions change nothing."""
-    import gc
-
-    from bench_core.run.runner import old_objects_frozen
     gc.unfreeze()  # the suite froze its imports (conftest.py); a session freezes where nothing is frozen
     try:
         with old_objects_frozen():
