@@ -1,5 +1,4 @@
 """Shared test set-up: tiny configurations that run the real code in a second or two."""
-import collections
 import os
 import subprocess
 import tempfile
@@ -57,15 +56,6 @@ except ImportError:  # pragma: no cover - not on the machines the tests run on
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: runs while no other test of this session runs (a quiet machine)")
-
-
-def pytest_collection_modifyitems(items):
-    """Files holding more `slow` tests first, the quick files last: the two workers take whole files
-    in this order (--dist loadfile), so the long ones start early and the short ones even out the
-    end (the suite's last 10 s had one worker idle while the other ran the README commands).
-    Within a file, and among files alike, the order is kept."""
-    slow = collections.Counter(str(item.path) for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[str(item.path)])
 
 
 def pytest_collection_finish(session):
