@@ -1,5 +1,3 @@
-import sys
+from bench_core.cli import entry_point
 
-from bench_core.cli import main
-
-sys.exit(main())
+entry_point()

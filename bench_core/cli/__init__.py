@@ -20,6 +20,7 @@ from bench_core.errors import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     ConfigError,
+    end_process,
     interrupted_by,
     interrupted_exit,
     sigterm_as_interrupt,
@@ -103,5 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+def entry_point() -> None:
+    """The `bench` command and `python -m bench_core`: main() in a process of its own."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

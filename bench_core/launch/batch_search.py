@@ -231,7 +231,8 @@ def _probe_in_child(cfg: BenchConfig) -> dict:
     return {"status": status, "message": why, "device_type": device_type, "step_time_ms_median": None}
 
 
-_CHILD = "import sys\nfrom bench_core.launch.batch_search import _child_main\n_child_main(*sys.argv[1:])"
+_CHILD = ("import sys\nfrom bench_core.errors import end_process\nfrom bench_core.launch.batch_search import _child_main\n"
+          "_child_main(*sys.argv[1:])\nend_process(0)")
 
 
 def _child_main(kind: str, config_json: str, result_path: str) -> None:

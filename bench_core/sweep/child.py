@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_core import results
-from bench_core.errors import EXIT_INTERRUPTED
+from bench_core.errors import EXIT_INTERRUPTED, end_process
 from bench_core.files import skip_iri_grammars
 from bench_core.results.rows import error_message, first_line
 
@@ -89,5 +89,5 @@ def child_main(spec_path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 2:
-        sys.exit(child_main(sys.argv[1]))
+        end_process(child_main(sys.argv[1]))
     sys.exit("usage: python -m bench_core.sweep.child SPEC.json (internal; use `bench sweep FILE`)")
