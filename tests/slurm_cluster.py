@@ -101,6 +101,9 @@ class SlurmCluster:
             "KillWait=10",  # SIGTERM, then SIGKILL 10 s later: time enough to record what finished
             "MinJobAge=600",  # finished jobs stay visible to scontrol for 10 minutes
             "SchedulerType=sched/backfill",
+            # A requeued task may start again once cred_expire has passed, but only when a scheduling
+            # pass next looks at it: the main loop's every 60 s and backfill's every 30 s by default.
+            "SchedulerParameters=sched_interval=1,bf_interval=1",
             machine_node_line(self.node),
             f"PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime={MAX_TIME_MIN} State=UP",
         ]) + "\n")
