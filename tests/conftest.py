@@ -46,8 +46,10 @@ def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
 # A test marked `alone` measures something whose verdict needs a quiet machine (bench diff of the
 # same code twice): while it runs (setup, call and teardown), no other test of this session runs.
 # Every test holds a shared lock on one file per session; an `alone` test holds it exclusively, so
-# the other worker waits between its tests. Processes outside the suite are not ours to stop: the
-# test still says what they did (noise flags).
+# the other workers wait between their tests. A second file is the turnstile every test passes
+# before it takes the shared lock: an `alone` test holds it while it waits, so no new test starts
+# then (with three workers, the others' tests would otherwise overlap without end and starve it).
+# Processes outside the suite are not ours to stop: the test still says what they did (noise flags).
 try:  # POSIX; elsewhere tests simply run side by side
     import fcntl
 except ImportError:  # pragma: no cover - not on the machines the tests run on
@@ -75,8 +77,14 @@ def pytest_runtest_protocol(item, nextitem):
     if fcntl is None or not run:
         yield
         return
-    with open(os.path.join(tempfile.gettempdir(), f"notebook-bench-tests-{run}.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+    folder = tempfile.gettempdir()
+    with open(os.path.join(folder, f"notebook-bench-tests-{run}.lock"), "a") as lock, \
+            open(os.path.join(folder, f"notebook-bench-tests-{run}.turnstile"), "a") as turnstile:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
         try:
             yield
         finally:
