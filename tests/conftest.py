@@ -48,7 +48,8 @@ def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
 # Every test holds a shared lock on one file per session; an `alone` test holds it exclusively, so
 # the other workers wait between their tests. A second file is the turnstile every test passes
 # before it takes the shared lock: an `alone` test holds it while it waits, so no new test starts
-# then (with three workers, the others' tests would otherwise overlap without end and starve it).
+# then (with more than two workers, e.g. `-n 4` on a larger machine, the others' tests would otherwise
+# overlap without end and starve it: 135 s with three).
 # Processes outside the suite are not ours to stop: the test still says what they did (noise flags).
 try:  # POSIX; elsewhere tests simply run side by side
     import fcntl
