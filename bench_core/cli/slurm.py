@@ -285,7 +285,8 @@ def settle(submitted, states: dict[str, dict[str, dict]], out_dir: Path) -> int:
 # -- inside an array task -----------------------------------------------------------------------
 
 def run_task(spec_path: Path) -> int:
-    """One array task: its execution (SLURM_ARRAY_TASK_ID) of the task list, resumed."""
+    """One array task: its execution (SLURM_ARRAY_TASK_ID) of the task list, resumed. A rank of a
+    multi-task execution does not return: its process ends here (worker.leave)."""
     spec = json.loads(spec_path.read_text())
     entry = spec["executions"][int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)]
     execution = Execution(entry["run_name"], [BenchConfig.from_dict(c) for c in entry["configs"]])
@@ -301,17 +302,21 @@ def run_task(spec_path: Path) -> int:
     except Timeout:
         print(f"bench slurm: {run_dir} is being measured by another task; this one stops", file=sys.stderr)
         return EXIT_FAILED
+    ranks = execution.configs[0].world_size > 1
     try:
-        if execution.configs[0].world_size > 1:
-            return run_ranks(execution, out_dir, force, rank)
-        plan = SweepPlan(name=spec["name"], configs=execution.configs, executions=[execution],
-                         timeout_s=spec["timeout_s"])
-        status, closing = run_executions(plan, out_dir, Path(spec["template"]), force, spec["kernel"],
-                                         SweepProgress(plan, sys.stdout))
-        print(closing, flush=True)
-        return status
+        if ranks:
+            status = run_ranks(execution, out_dir, force, rank)
+        else:
+            plan = SweepPlan(name=spec["name"], configs=execution.configs, executions=[execution],
+                             timeout_s=spec["timeout_s"])
+            status, closing = run_executions(plan, out_dir, Path(spec["template"]), force, spec["kernel"],
+                                             SweepProgress(plan, sys.stdout))
+            print(closing, flush=True)
     finally:
         lock.release()
+    if ranks:  # this process joined a process group: it ends the way a torchrun worker does
+        worker.leave(status)
+    return status
 
 
 def run_ranks(execution: Execution, out_dir: Path, force: bool, rank: int) -> int:
