@@ -36,6 +36,7 @@ from bench_core.sweep.notebook import COMPLETE_STATUSES, complete_hashes, record
 from bench_core.sweep.plan import Execution, SweepPlan, plan_executions, plan_json, sweep_header, with_runs
 
 POLL_S = 2.0
+RANKS_DONE_WAIT_S = 60.0  # SLURM's default KillWait is 30 s: by then every stopped rank is gone
 # What a task that ended without rows for a configuration means for that configuration's row.
 STATE_STATUS = {"CANCELLED": "interrupted", "PREEMPTED": "interrupted", "TIMEOUT": "timeout",
                 "DEADLINE": "timeout", "COMPLETED": "error"}
@@ -250,12 +251,14 @@ def settle(submitted, states: dict[str, dict[str, dict]], out_dir: Path) -> int:
     """Rows for configurations a task that ran left without rows (killed, failed, cancelled), the
     rows of every task, and one closing line; the exit status."""
     counts = {"complete": 0, "failed": 0, "not run": 0}
+    deadline = time.monotonic() + RANKS_DONE_WAIT_S
     for job_id, job, executions in submitted:
         tasks = states.get(job_id, {})
         for index, execution in enumerate(executions):
             fields = tasks.get(str(index), {})
             state = fields.get("JobState", "").split()[0] if fields.get("JobState") else ""
             if fields.get("BatchHost") not in (None, "", "(null)"):  # the task started
+                ranks_done(out_dir / "runs" / execution.run_name, deadline)
                 log = job.log_dir / f"{job_id}_{index}.log"
                 node = fields.get("BatchHost")
                 record_missing(out_dir, execution.run_name, execution.configs, STATE_STATUS.get(state, "crashed"),
@@ -280,6 +283,21 @@ def settle(submitted, states: dict[str, dict[str, dict]], out_dir: Path) -> int:
           f"{counts['not run']} not run; rows in {out_dir / 'results.csv'}"
           + ("; the same command again resumes" if counts["failed"] or counts["not run"] else ""))
     return EXIT_OK if counts["complete"] == total else EXIT_FAILED
+
+
+def ranks_done(run_dir: Path, deadline: float) -> None:
+    """Until no process of a task holds its rank's lock, or the deadline. SLURM may call a job
+    ended while a rank that srun stopped (SIGTERM, SIGKILL only KillWait later) still writes its
+    row: a failed-row here first would name the job's end, not the rank's cause."""
+    for path in sorted(run_dir.glob(".task-rank*.lock")):
+        lock = FileLock(path)
+        try:
+            lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        except Timeout:
+            print(f"bench slurm: {path} is still held by a process of the job; its rows are taken as they are",
+                  file=sys.stderr, flush=True)
+            continue
+        lock.release()
 
 
 # -- inside an array task -----------------------------------------------------------------------
@@ -342,13 +360,15 @@ def run_ranks(execution: Execution, out_dir: Path, force: bool, rank: int) -> in
                         run_fields(cfg), "interrupted", f"stopped by {interrupted_by(exc)} before a repeat finished")]
                     replace_rows(out_dir, execution.run_name, cfg, peer_failure(run_dir, cfg) or rows)
             return interrupted_exit(exc)
-        if rank == 0:
-            own = result.rows
-            peer = None if result.ok or not worker.is_peer_loss(str(own[0].get("message"))) else peer_failure(run_dir, cfg)
-            replace_rows(out_dir, execution.run_name, cfg, peer or own)
-        elif not result.ok:
-            results.atomic_write_text(run_dir / f".failed-{cfg.config_hash()}-rank{rank}.json", json.dumps(
-                {"rank": rank, "row": json.loads(dumps_rows(result.rows[:1]))[0]}))
+        with interrupts_held():  # a failed peer's SIGTERM (srun) follows at once: the row is written first
+            if rank == 0:
+                own = result.rows
+                peer = None if result.ok or not worker.is_peer_loss(str(own[0].get("message"))) else peer_failure(
+                    run_dir, cfg)
+                replace_rows(out_dir, execution.run_name, cfg, peer or own)
+            elif not result.ok:
+                results.atomic_write_text(run_dir / f".failed-{cfg.config_hash()}-rank{rank}.json", json.dumps(
+                    {"rank": rank, "row": json.loads(dumps_rows(result.rows[:1]))[0]}))
         if not result.ok:  # no further collective can be trusted in this job
             print(f"rank {rank}: {result.rows[0]['status']}: {result.rows[0]['message']}", file=sys.stderr)
             return EXIT_FAILED
