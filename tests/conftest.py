@@ -7,7 +7,7 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # One OpenMP thread per test process (and the sweeps, kernels and workers it starts): the suite
-# runs two pytest workers on two cores (pyproject addopts), and two workers each spinning two
+# runs three pytest workers on two cores (pyproject addopts), and two workers each spinning two
 # OpenMP threads made it slower than one worker. Nothing here measures multi-threaded speed.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -59,6 +59,18 @@ except ImportError:  # pragma: no cover - not on the machines the tests run on
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: runs while no other test of this session runs (a quiet machine)")
+    config.addinivalue_line("markers", "waits: a test file that mostly waits (a scheduler, timeouts); it starts "
+                                       "first, so the other workers have the cores meanwhile")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order xdist hands files out in (`--no-loadscope-reorder` keeps it): files marked `waits`
+    first, then the others by their number of tests, largest first (xdist's own order). Started
+    last, the SLURM file's 60-90 s of waiting on the scheduler became the suite's tail."""
+    per_file = {}
+    for item in items:
+        per_file[item.path] = per_file.get(item.path, 0) + 1
+    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -per_file[item.path], str(item.path)))
 
 
 def pytest_collection_finish(session):

@@ -25,6 +25,7 @@ from bench_core.sweep.plan import load_sweep, parse_sweep
 from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.waits  # a hung execution's timeout, a kernel's death: mostly waiting
 TINY = {"model": "resnet18", "width": 32, "height": 32, "batch_size": 2, "steps": 2, "warmup_steps": 1,
         "repeats": 1, "min_seconds": 0, "device": "cpu", "mode": "infer"}
 
