@@ -1,4 +1,5 @@
 """Shared test set-up: tiny configurations that run the real code in a second or two."""
+import collections
 import os
 import subprocess
 import tempfile
@@ -67,9 +68,7 @@ def pytest_collection_modifyitems(config, items):
     """The order xdist hands files out in (`--no-loadscope-reorder` keeps it): files marked `waits`
     first, then the others by their number of tests, largest first (xdist's own order). Started
     last, the SLURM file's 60-90 s of waiting on the scheduler became the suite's tail."""
-    per_file = {}
-    for item in items:
-        per_file[item.path] = per_file.get(item.path, 0) + 1
+    per_file = collections.Counter(item.path for item in items)
     items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -per_file[item.path], str(item.path)))
 
 
