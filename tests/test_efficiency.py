@@ -139,7 +139,10 @@ def test_cpu_peak_not_measured_when_told_not_to(tmp_path, monkeypatch):
     assert flops.peak_for("mps", "Apple MPS", "fp32").tflops is None
 
 
-def test_bench_peak_measures_once_then_reads_the_cache(peak_cache, capsys):
+def test_bench_peak_measures_once_then_reads_the_cache(peak_cache, capsys, monkeypatch):
+    # A quiet machine: the suite's own workers can push the load average past the busy mark, and a
+    # peak measured under load is measured again (tests/test_capability.py checks that rule).
+    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert cli.main(["peak", "--precision", "fp32", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first[0]["precision"] == "fp32" and first[0]["peak_tflops"] > 0
