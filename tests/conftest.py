@@ -65,11 +65,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The order xdist hands files out in (`--no-loadscope-reorder` keeps it): files marked `waits`
-    first, then the others by their number of tests, largest first (xdist's own order). Started
-    last, the SLURM file's 60-90 s of waiting on the scheduler became the suite's tail."""
+    """The order xdist hands files out in (`--no-loadscope-reorder` keeps it), longest first as far as
+    the markers tell: files marked `waits` first, then by their number of `slow` tests, then by their
+    number of tests (xdist's own order). Started last, the SLURM file's 60-90 s of waiting on the
+    scheduler became the suite's tail; so did two files of one or two slow tests each (the README's
+    commands, JupyterLab: 13 s each) while the other workers had nothing left."""
     per_file = collections.Counter(item.path for item in items)
-    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -per_file[item.path], str(item.path)))
+    slow_per_file = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (item.get_closest_marker("waits") is None, -slow_per_file[item.path],
+                                 -per_file[item.path], str(item.path)))
 
 
 def pytest_collection_finish(session):
