@@ -123,11 +123,17 @@ def combined(dirs) -> Path:
 
 # -- the report of one machine ----------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def one_machine(dirs) -> Path:
+    """The real rows' report (build_report, as `bench report` calls it); its executed notebook beside it."""
+    return build_report([dirs["cpu"]], dirs["root"] / "one-machine" / "report.html")
+
+
 @pytest.mark.slow
-def test_report_of_real_rows_has_every_section_chart_and_no_code(dirs):
-    html_path = build_report([dirs["cpu"]], dirs["cpu"] / "report.html")
+def test_report_of_real_rows_has_every_section_chart_and_no_code(one_machine):
+    html_path = one_machine
     html = html_path.read_text()
-    executed = nbformat.read(dirs["cpu"] / "summary.ipynb", as_version=4)
+    executed = nbformat.read(html_path.with_name("summary.ipynb"), as_version=4)
 
     assert _stderr_and_errors(executed) == []
     assert "could not be drawn" not in html
@@ -151,10 +157,9 @@ def test_report_of_real_rows_has_every_section_chart_and_no_code(dirs):
 
 
 @pytest.mark.slow
-def test_report_opens_with_title_date_machines_and_what_was_measured(dirs, tmp_path):
+def test_report_opens_with_title_date_machines_and_what_was_measured(one_machine, dirs):
     """It reads like a report: no notebook instructions, no local path, nothing from the network."""
-    html_path = build_report([dirs["cpu"]], tmp_path / "report.html")
-    html = html_path.read_text()
+    html = one_machine.read_text()
     body = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
     opening = " ".join(re.sub(r"<[^>]+>", " ", body[:body.index('id="Overview"')]).split())
     assert f"<title>{summary.DEFAULT_TITLE}</title>" in html and f"<h1>{summary.DEFAULT_TITLE}</h1>" in body
@@ -166,7 +171,7 @@ def test_report_opens_with_title_date_machines_and_what_was_measured(dirs, tmp_p
         assert measured in opening, (measured, opening)
     # Not the notebook's instructions, and never a local path.
     assert "Run it" not in html and "edit the parameters cell" not in html
-    assert str(dirs["root"]) not in html and str(tmp_path) not in html
+    assert str(dirs["root"]) not in html and str(one_machine.parent) not in html
     # Offline: no script, style sheet or image from the network (plain links to sources are fine).
     for tag, url in re.findall(r'<(script|link|img)\b[^>]*?\b(?:src|href)\s*=\s*["\']?([^"\'\s>]*)', html):
         assert not url.lower().startswith(("http", "//")), (tag, url)
@@ -175,7 +180,7 @@ def test_report_opens_with_title_date_machines_and_what_was_measured(dirs, tmp_p
     assert html.count("new ITable(") >= 8
     assert '<div class="jp-RenderedSVG' not in html  # the PNG of each chart is embedded, not its SVG
     # ... and PNG + SVG in the executed notebook: an untrusted notebook in JupyterLab still shows the PNG.
-    executed = nbformat.read(tmp_path / "summary.ipynb", as_version=4)
+    executed = nbformat.read(one_machine.with_name("summary.ipynb"), as_version=4)
     images = [o for c in executed.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 6 and all("image/svg+xml" in o.data and o.data["text/plain"] for o in images)
 
