@@ -160,8 +160,15 @@ def test_a_native_run_has_no_warning_and_says_native():
     assert not [w for w in caught if "emulated" in str(w.message)]
 
 
+def short_peaks(monkeypatch) -> None:
+    """Peaks measured for real, each op timed its least number of times (CPU_PEAK_REPEATS) rather than
+    for a second: which path is measured, and what is cached, is what these tests check."""
+    monkeypatch.setattr(flops, "CPU_PEAK_BUDGET_S", 0.0)
+
+
 def test_a_native_reduced_precision_peak_is_measured_on_its_own_path(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    short_peaks(monkeypatch)
     fp32, amp = flops.cpu_peak("fp32", 1), flops.cpu_peak("amp-bf16", 1)
     assert amp.tflops >= fp32.tflops
     assert "autocast bfloat16" in amp.source or amp.source.startswith("the fp32 peak held: ")
@@ -184,6 +191,7 @@ def test_a_peak_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(tm
     measured at load 4.8 on 2 cores was a quarter of the quiet one): kept while the machine is
     busy, with the reason in its source; measured again, and replaced, once it is quiet."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    short_peaks(monkeypatch)
     busy = {"tflops": 1e-6, "op": "1024x1024 linear", "path": "float32", "threads": 1, "repeats": 3,
             "measured_at": "2026-11-24T00:19:53+00:00", "load_avg_1m": 40.0, "cpu_count": 2}
     flops.cache_path().parent.mkdir(parents=True)
