@@ -155,7 +155,13 @@ def cuda_device(monkeypatch):
     return use
 
 
-def sample(backend, seconds=0.12, **kwargs):
+# A window long enough that a few ms between a counter's read and its time stamp (the process
+# preempted there, on a loaded CI host) stays within the 2 % the power assertions allow: at 0.12 s,
+# 3.7 ms made 300 W read 291 W (a CI run of three test workers on two cores).
+WINDOW_S = 0.3
+
+
+def sample(backend, seconds=WINDOW_S, **kwargs):
     with telemetry.Sampler(backend, **kwargs) as sampler:
         time.sleep(seconds)
     return sampler.columns()
@@ -167,7 +173,7 @@ def device_flags(flags):
     return ";".join(kept) or None
 
 
-def timed_sample(backend, seconds=0.12, **kwargs):
+def timed_sample(backend, seconds=WINDOW_S, **kwargs):
     """The columns and the wall seconds the window took (bounds for the energy counter)."""
     start = time.perf_counter()
     cols = sample(backend, seconds, **kwargs)
@@ -179,7 +185,7 @@ def test_energy_from_counter_and_every_gpu_column(monkeypatch, cuda_device):
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
     cols, wall = timed_sample(cuda_device(UUID_A))
     assert cols["energy_method"] == "nvml-counter"
-    assert 200 * 0.12 <= cols["energy_j"] <= 200 * wall  # the counter, read at both edges only
+    assert 200 * WINDOW_S <= cols["energy_j"] <= 200 * wall  # the counter, read at both edges only
     assert cols["power_method"] == "energy-counter" and cols["power_w_mean"] == pytest.approx(200.0, rel=0.02)
     assert cols["power_w_max"] == pytest.approx(210.0)  # from the instantaneous samples
     assert cols["gpu_util_pct_mean"] == 90 and cols["sm_clock_mhz_min"] == 1410

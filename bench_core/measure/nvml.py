@@ -217,10 +217,12 @@ class NvmlDevice:
         n, h = self.nvml, self.handle
         own = h if self.slice_handle is None else self.slice_handle
         if edge:
-            read_at = time.perf_counter()  # its own stamp: the caller's `now` may be some ms older
+            # Its own stamp, the middle of the call: the caller's `now` may be some ms older, and the
+            # read itself takes time (longer if the process is preempted inside it).
+            before = time.perf_counter()
             energy = self.query("energy", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h))
             if energy is not None:
-                self.energy_mj.append((read_at, energy))
+                self.energy_mj.append(((before + time.perf_counter()) / 2, energy))
         mw, source = self._instant_power_mw(), POWER_INSTANT
         if mw is None:
             mw, source = self.query("power", lambda: n.nvmlDeviceGetPowerUsage(h)), POWER_USAGE
