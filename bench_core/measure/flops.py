@@ -211,7 +211,8 @@ def _busy(load: float | None, cores: int | None) -> bool:
 
 
 def _measured_busy(entry: dict) -> bool:
-    return _busy(entry.get("load_avg_1m"), entry.get("cpu_count"))
+    """Measured under load, and not since confirmed by a quiet measurement that did not beat it."""
+    return _busy(entry.get("load_avg_1m"), entry.get("cpu_count")) and "quiet_check" not in entry
 
 
 def _to_measure(entry: dict | None) -> bool:
@@ -222,6 +223,10 @@ def _to_measure(entry: dict | None) -> bool:
 def _source(entry: dict) -> str:
     text = (f"measured: {entry['op']} {entry['path']}, {entry['threads']} threads, "
             f"best of {entry['repeats']} ({entry['measured_at'][:10]})")
+    if "quiet_check" in entry:
+        check = entry["quiet_check"]
+        text += (f"; measured under load {entry['load_avg_1m']:.1f}, then again on a quiet machine "
+                 f"({check['measured_at'][:10]}: {check['tflops']:.3g} TFLOP/s, not higher)")
     if _measured_busy(entry):
         text += (f"; measured under load {entry['load_avg_1m']:.1f} on {entry.get('cpu_count') or 1} cores: "
                  "measured again once the machine is quiet, or now with `bench peak --force`")
@@ -256,7 +261,8 @@ def cpu_peak(precision: str, threads: int | None = None, measure: bool = True, f
 def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | None:
     """The cached peak of `path`; measured when there is none, and again when the cached one was
     measured on a busy machine and this one is quiet now (the higher of the two is kept: a peak is
-    the best the machine was seen to do)."""
+    the best the machine was seen to do; a busy one that the quiet one did not beat is checked, and
+    not measured again)."""
     key = _cache_key(path, threads)
     entry = None if force else _read_cache().get(key)
     if not measure or not _to_measure(entry):
@@ -265,7 +271,10 @@ def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | No
         entry = None if force else _read_cache().get(key)  # another process may have measured
         if _to_measure(entry):
             fresh = measure_path_peak(path, threads)
-            entry = fresh if entry is None or fresh["tflops"] >= entry["tflops"] else entry
+            if entry is None or fresh["tflops"] >= entry["tflops"]:
+                entry = fresh
+            else:  # the load did not hold the first one down: it stands, and is not measured again
+                entry = {**entry, "quiet_check": {k: fresh[k] for k in ("tflops", "measured_at", "load_avg_1m")}}
             cache = _read_cache()
             cache[key] = entry
             atomic_write_text(cache_path(), json.dumps(cache, indent=1, sort_keys=True))
