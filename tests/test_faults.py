@@ -42,12 +42,9 @@ def start_sweep(*args: str) -> subprocess.Popen:
     """`bench sweep ARGS` as a terminal's foreground command starts: with Ctrl-C's SIGINT at its
     default. A suite started in the background (`make test &`) inherits SIGINT ignored, and Python
     keeps an ignored SIGINT ignored, so the sweep would never see the test's Ctrl-C."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # exec turns a handler into the default
-    try:
-        return subprocess.Popen([sys.executable, "-m", "bench_core", "sweep", *args, "--no-report"], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return subprocess.Popen([sys.executable, "-m", "bench_core", "sweep", *args, "--no-report"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # in the child only
 
 
 def processes_in(folder: Path) -> list[psutil.Process]:
