@@ -17,7 +17,8 @@ import pytest
 from bench_core import cli, results
 from slurm_cluster import MAX_TIME_MIN, SlurmCluster, skip_reason
 
-pytestmark = [pytest.mark.slow, pytest.mark.waits, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+pytestmark = [pytest.mark.slow, pytest.mark.waits,
+              pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 BENCH = [sys.executable, "-m", "bench_core", "slurm"]
 # resnet18 at 32 px, 2 steps: each array task is a papermill execution of a few seconds' work.
