@@ -1,8 +1,10 @@
 """Shared test set-up: tiny configurations that run the real code in a second or two."""
 import collections
+import contextlib
 import os
 import subprocess
 import tempfile
+import uuid
 
 import pytest
 
@@ -62,6 +64,25 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "alone: runs while no other test of this session runs (a quiet machine)")
     config.addinivalue_line("markers", "waits: a test file that mostly waits (a scheduler, timeouts); it starts "
                                        "first, so the other workers have the cores meanwhile")
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # xdist's controller: name the session's run here (xdist would otherwise pick one), so that
+        # pytest_unconfigure knows the lock files its workers made and removes them.
+        config.option.testrunuid = config.option.testrunuid or uuid.uuid4().hex
+
+
+def lock_files(run: str) -> tuple[str, str]:
+    """The `alone` lock and its turnstile of one xdist session (see pytest_runtest_protocol)."""
+    folder = tempfile.gettempdir()
+    return (os.path.join(folder, f"notebook-bench-tests-{run}.lock"),
+            os.path.join(folder, f"notebook-bench-tests-{run}.turnstile"))
+
+
+def pytest_unconfigure(config):
+    run = getattr(config.option, "testrunuid", None)
+    if run and not hasattr(config, "workerinput"):  # the controller, after every worker has stopped
+        for path in lock_files(run):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,9 +114,8 @@ def pytest_runtest_protocol(item, nextitem):
     if fcntl is None or not run:
         yield
         return
-    folder = tempfile.gettempdir()
-    with open(os.path.join(folder, f"notebook-bench-tests-{run}.lock"), "a") as lock, \
-            open(os.path.join(folder, f"notebook-bench-tests-{run}.turnstile"), "a") as turnstile:
+    lock_path, turnstile_path = lock_files(run)
+    with open(lock_path, "a") as lock, open(turnstile_path, "a") as turnstile:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -136,13 +137,17 @@ def test_report_output_under_a_file_is_one_line(tmp_path, capsys):
 
 # -- a full disk after measuring -------------------------------------------------------------------
 
-def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tmpfs, capsys):
+def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tmpfs, tmp_path, monkeypatch, capsys):
     full = mount_tmpfs("full", "size=4k")  # room for the write probe, not for the rows
+    system_tmp = tmp_path / "system-tmp"  # where the rows go instead: the system's temporary folder, this test's own
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
     done = bench_here(capsys, "run", *TINY, "--steps", "2", "--repeats", "2", "--min-seconds", "0", "--out", str(full))
     assert done.returncode == 1, done.stderr
     (line,) = [ln for ln in done.stderr.splitlines() if "error" in ln]
     assert f"could not write the rows to {full}: No space left on device" in line
     fallback = Path(line.rsplit(" are safe in ", 1)[1])
+    assert fallback.parent.parent == system_tmp
     kept = json.loads(fallback.read_text())
     assert [r["status"] for r in kept] == ["ok", "ok"] and kept[0]["samples_per_s"] > 0
 
