@@ -5,14 +5,15 @@ machines at other speeds and prices (names, rates and costs edited): test input,
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from bench_core.cli import main
 from bench_core.results.store import rebuild_csv
 from bench_core.summary.cost import (
     cheapest_near_fastest,
@@ -41,12 +42,12 @@ def test_the_pick_is_the_cheapest_within_ten_percent_of_the_fastest():
 @pytest.fixture(scope="module")
 def priced_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("priced")
-    proc = subprocess.run([sys.executable, "-m", "bench_core", "run", "--model", "resnet18", "--width", "32",
-                           "--height", "32", "--batch-size", "2", "--steps", "2", "--min-seconds", "0",
-                           "--warmup-steps", "1", "--repeats", "2", "--mode", "infer", "--device", "cpu",
-                           "--price-per-hour", "1.5", "--out", str(out), "-q"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    # `bench run` in this process (its own start is not what these tests check): capsys is per test.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main(["run", "--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2",
+                     "--steps", "2", "--min-seconds", "0", "--warmup-steps", "1", "--repeats", "2", "--mode", "infer",
+                     "--device", "cpu", "--price-per-hour", "1.5", "--out", str(out), "-q"])
+    assert code == 0, err.getvalue()
     run_dir = next((out / "runs").iterdir())
     rows = json.loads((run_dir / "rows.json").read_text())
     for name, speed, price in (("fast-gpu", 10.0, 30.0), ("mid-gpu", 9.5, 6.0)):
