@@ -8,7 +8,7 @@ import pytest
 from bench_core import BenchConfig, ConfigError, run_benchmark
 from bench_core.cli import main as bench
 from bench_core.run.timing import Window, generation_columns
-from bench_core.workload.models import REGISTRY, model_table, parameter_count, resolve_model
+from bench_core.workload.models import REGISTRY, model_table, resolve_model
 
 TINY_TEXT = dict(batch_size=2, steps=3, warmup_steps=1, repeats=1, min_seconds=0, device="cpu")
 GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 1000, "n_positions": 128}
