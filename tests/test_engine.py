@@ -201,9 +201,13 @@ def test_a_session_freezes_what_was_there_and_still_frees_each_configuration_s_m
         with old_objects_frozen():
             frozen = gc.get_freeze_count()
             assert frozen > 0
+            # Frozen objects can still die of their reference count, from any thread, so the count may
+            # only fall: a nested session that froze again would add these 10,000 new objects to it.
+            made_since = [[] for _ in range(10_000)]
             with old_objects_frozen():  # an enclosing session already froze: nothing changes
-                assert gc.get_freeze_count() == frozen
-            assert gc.get_freeze_count() == frozen
+                assert gc.get_freeze_count() <= frozen
+            assert gc.get_freeze_count() <= frozen
+            del made_since
             for mode in ("train", "infer"):
                 (row,) = run_benchmark(tiny(model="test_cyclic_net", mode=mode, width=8, height=8))
                 assert row["status"] == "ok", row["message"]
