@@ -53,6 +53,12 @@ ATTENTION_KERNELS = {"_scaled_dot_product_flash_attention": "flash",
 class Counted:
     flops: int | None                     # FLOPs of one step (train: forward + backward)
     attention_kernels: tuple[str, ...]    # the fused attention kernels the step dispatched, by name
+    # Bytes the step's ops read and write if nothing is fused or cached (each op's tensor inputs and
+    # outputs; views move none): of the ops that count FLOPs (matmuls, convs, attention) and of
+    # all others (elementwise, norms, reductions, the optimizer). What `bench predict` puts against
+    # the memory bandwidth: an upper bound of DRAM traffic (fusion and caches lower it).
+    flop_op_bytes: int = 0
+    other_bytes: int = 0
 
 
 def count_flops(step: Callable[[], object]) -> Counted:
@@ -65,19 +71,27 @@ def count_flops(step: Callable[[], object]) -> Counted:
              # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
              aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
              aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import flop_registry
     seen: set[str] = set()
+    moved = {True: 0, False: 0}  # op counts FLOPs -> bytes its inputs and outputs take
 
     class Kernels(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func._overloadpacket.__name__
             if name in ATTENTION_KERNELS:
                 seen.add(ATTENTION_KERNELS[name])
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                packet = func._overloadpacket
+                moved[packet in flop_registry or func in fixes] += sum(
+                    x.numel() * x.element_size() for x in tree_leaves((args, kwargs, out)) if isinstance(x, torch.Tensor))
+            return out
 
     # Below the counter: it decomposes composite ops (SDPA under inference_mode) into the kernels seen here.
     with Kernels(), FlopCounterMode(display=False, custom_mapping=fixes) as counter:
         step()
-    return Counted(counter.get_total_flops() or None, tuple(sorted(seen)))
+    return Counted(counter.get_total_flops() or None, tuple(sorted(seen)), moved[True], moved[False])
 
 
 def _attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
