@@ -23,7 +23,7 @@ Nothing is fitted: every number is a datasheet figure, a count, or the measured 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bench_core.predict.specs import Spec
 
@@ -140,7 +140,3 @@ def without(term: str, terms: tuple[str, ...] = TERMS) -> tuple[str, ...]:
 def relative_error(predicted: float, actual: float) -> float:
     """predicted / actual - 1 (0.25: 25 % too high)."""
     return predicted / actual - 1 if actual and not math.isnan(actual) else math.nan
-
-
-def with_batch(setup: Setup, batch: float | None) -> Setup:
-    return replace(setup, batch=batch)
