@@ -288,12 +288,12 @@ def test_every_peak_row_parses_and_has_a_source():
     assert rows
     for row in rows:
         re.compile(row["gpu_pattern"])
-        assert row["precision"] in set(PEAK_CLASS.values())
-        assert row["dense_tflops"] in ("none", "unpublished") or 0 < float(row["dense_tflops"]) < 5000
+        assert row["quantity"] in set(PEAK_CLASS.values()) | {"fp8"}
+        assert row["value"] in ("none", "unpublished") or 0 < float(row["value"]) < 10000
         assert re.search(r"https?://\S+$", row["source"]), row
     with open(GPU_PEAKS_CSV, newline="") as handle:  # no row lost to a stray comma or quote
         data = [line for line in handle if line.strip() and not line.startswith("#")]
-    assert all(len(r) == 4 for r in csv.reader(data))
+    assert all(len(r) == 5 for r in csv.reader(data))
 
 
 @pytest.mark.parametrize("name, precision, tflops", [
@@ -324,11 +324,11 @@ def test_the_filled_gaps_are_found_by_device_name(name, precision, tflops):
 def test_every_listed_gpu_has_all_four_classes_or_says_why_not():
     by_gpu: dict[str, dict] = {}
     for row in gpu_peak_table():
-        classes = by_gpu.setdefault(row["gpu_pattern"], {})
-        assert row["precision"] not in classes, f"{row['gpu_pattern']} lists {row['precision']} twice"
-        classes[row["precision"]] = row["dense_tflops"]
+        classes = by_gpu.setdefault(row["gpu"], {})
+        assert row["quantity"] not in classes, f"{row['gpu']} lists {row['quantity']} twice"
+        classes[row["quantity"]] = row["value"]
     for gpu, classes in by_gpu.items():
-        assert set(classes) == {"fp32", "tf32", "fp16", "bf16"}, gpu
+        assert set(classes) - {"fp8"} == {"fp32", "tf32", "fp16", "bf16"}, gpu
         assert classes["fp32"] != "none" and classes["fp16"] != "none", gpu  # every GPU listed has both
         numbers = {k: float(v) for k, v in classes.items() if v not in ("none", "unpublished")}
         if "fp32" in numbers:  # a tensor-core figure below the FP32 units' would be a sparse/dense or unit mix-up

@@ -53,6 +53,12 @@ ATTENTION_KERNELS = {"_scaled_dot_product_flash_attention": "flash",
 class Counted:
     flops: int | None                     # FLOPs of one step (train: forward + backward)
     attention_kernels: tuple[str, ...]    # the fused attention kernels the step dispatched, by name
+    # Bytes the step's ops read and write if nothing is fused or cached (each op's tensor inputs and
+    # outputs; views move none): of the ops that count FLOPs (matmuls, convs, attention) and of
+    # all others (elementwise, norms, reductions, the optimizer). What `bench predict` puts against
+    # the memory bandwidth: an upper bound of DRAM traffic (fusion and caches lower it).
+    flop_op_bytes: int = 0
+    other_bytes: int = 0
 
 
 def count_flops(step: Callable[[], object]) -> Counted:
@@ -65,19 +71,27 @@ def count_flops(step: Callable[[], object]) -> Counted:
              # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
              aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
              aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import flop_registry
     seen: set[str] = set()
+    moved = {True: 0, False: 0}  # op counts FLOPs -> bytes its inputs and outputs take
 
     class Kernels(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func._overloadpacket.__name__
             if name in ATTENTION_KERNELS:
                 seen.add(ATTENTION_KERNELS[name])
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                packet = func._overloadpacket
+                moved[packet in flop_registry or func in fixes] += sum(
+                    x.numel() * x.element_size() for x in tree_leaves((args, kwargs, out)) if isinstance(x, torch.Tensor))
+            return out
 
     # Below the counter: it decomposes composite ops (SDPA under inference_mode) into the kernels seen here.
     with Kernels(), FlopCounterMode(display=False, custom_mapping=fixes) as counter:
         step()
-    return Counted(counter.get_total_flops() or None, tuple(sorted(seen)))
+    return Counted(counter.get_total_flops() or None, tuple(sorted(seen)), moved[True], moved[False])
 
 
 def _attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
@@ -130,19 +144,29 @@ def peak_for(device_type: str, device_name: str | None, precision: str, threads:
 # -- GPUs: datasheet table ----------------------------------------------------------------------
 
 @functools.cache
-def gpu_peak_table() -> tuple[dict, ...]:
+def gpu_spec_table() -> tuple[dict, ...]:
+    """Every row of the spec-sheet table (gpu, gpu_pattern, quantity, value, source)."""
     with open(GPU_PEAKS_CSV, newline="") as handle:
         lines = [line for line in handle if line.strip() and not line.startswith("#")]
     return tuple(csv.DictReader(lines))
 
 
-# dense_tflops other than a number: the GPU has no tensor cores for the class (the fp32 peak
+# The quantities of the table that are dense peaks (TFLOP/s); the others are memory, link, power.
+PEAK_QUANTITIES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+def gpu_peak_table() -> tuple[dict, ...]:
+    """The dense-peak rows of the spec-sheet table."""
+    return tuple(r for r in gpu_spec_table() if r["quantity"] in PEAK_QUANTITIES)
+
+
+# A peak value other than a number: the GPU has no tensor cores for the class (the fp32 peak
 # applies: the dtype runs through fp32 math), or the vendor publishes no dense figure.
 NO_UNITS, UNPUBLISHED = "none", "unpublished"
 
 
 def _tflops(row: dict | None) -> float | None:
-    return None if row is None or row["dense_tflops"] in (NO_UNITS, UNPUBLISHED) else float(row["dense_tflops"])
+    return None if row is None or row["value"] in (NO_UNITS, UNPUBLISHED) else float(row["value"])
 
 
 def gpu_peak(gpu_name: str, precision: str) -> Peak:
@@ -158,16 +182,16 @@ def gpu_peak(gpu_name: str, precision: str) -> Peak:
         return Peak(None, f"unknown GPU '{gpu_name}': not in {GPU_PEAKS_CSV.name}; mfu left empty")
     by_class = {}
     for row in rows:
-        by_class.setdefault(row["precision"], row)
+        by_class.setdefault(row["quantity"], row)
     own, fp32 = by_class.get(peak_class), by_class.get("fp32")
     for row in (own, fp32):
-        if row is not None and row["dense_tflops"] == UNPUBLISHED:
-            return Peak(None, f"no dense {row['precision']} figure for {gpu_name}: {row['source']}; mfu left empty")
+        if row is not None and row["value"] == UNPUBLISHED:
+            return Peak(None, f"no dense {row['quantity']} figure for {gpu_name}: {row['source']}; mfu left empty")
     own_tflops, fp32_tflops = _tflops(own), _tflops(fp32)
     if own_tflops is not None and (fp32_tflops is None or own_tflops >= fp32_tflops):
         return Peak(own_tflops, f"datasheet, dense {peak_class}: {own['source']}")
     if fp32_tflops is not None:
-        why = own["source"] if own is not None and own["dense_tflops"] == NO_UNITS else \
+        why = own["source"] if own is not None and own["value"] == NO_UNITS else \
             f"no dense {peak_class} figure above it: no {peak_class} tensor cores?"
         return Peak(fp32_tflops, f"the fp32 peak ({why}): {fp32['source']}")
     return Peak(None, f"{gpu_name} has no dense {peak_class} peak in {GPU_PEAKS_CSV.name} "

@@ -23,7 +23,7 @@ from bench_core.config.schema import BenchConfig
 #    slurm_exclusive (rows run under SLURM); recommendation: num_tables, rows_per_table, embedding_dim,
 #    indices_per_lookup, zipf_exponent, embedding_table_bytes, embedding_bytes_per_s, mfu_note; diffusion
 #    and speech workloads: latent_size, denoise_steps, audio_frames, denoise_steps_per_s, images_per_s,
-#    audio_s_per_s, diffusers_version
+#    audio_s_per_s, diffusers_version; bytes_per_sample_flop_ops and _other_ops (`bench predict`)
 SCHEMA_VERSION = 5
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -167,6 +167,11 @@ _EFFICIENCY = [
                      "trained token, 2N + 4·L·H·Q·T per forward token; PaLM appendix B)"),
     ("flops_per_sample_counted", "FLOPs per sample FlopCounterMode counted over one step: beside a formula's "
                                  "figure, so a reader can see the two agree"),
+    ("bytes_per_sample_flop_ops", "bytes the ops that count FLOPs (matmuls, convs, attention) read and write per "
+                                  "sample in one step, nothing fused or cached (their tensor inputs and outputs; "
+                                  "the per-step weights spread over the batch): `bench predict`'s memory term"),
+    ("bytes_per_sample_other_ops", "bytes all other ops (elementwise, norms, reductions, optimizer) read and write "
+                                   "per sample in one step, counted as bytes_per_sample_flop_ops"),
     ("achieved_tflops", "flops_per_sample x samples_per_s / 1e12"),
     ("peak_tflops", "dense peak TFLOP/s per device for the precision used"),
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),

@@ -388,7 +388,9 @@ def _flops_fields(counted: flops.Counted, formula: tuple[float, str] | None, bat
         per_sample, method = per_sample_counted, (flops.COUNTED if counted.flops else None)
     kernel = ", ".join(counted.attention_kernels) or (SDPA_MATH if attn == "sdpa" else None)
     return {"flops_per_sample": per_sample, "flops_method": method, "flops_per_sample_counted": per_sample_counted,
-            "attention_kernel": kernel}
+            "attention_kernel": kernel,
+            "bytes_per_sample_flop_ops": counted.flop_op_bytes / batch if counted.flop_op_bytes else None,
+            "bytes_per_sample_other_ops": counted.other_bytes / batch if counted.other_bytes else None}
 
 
 def _finiteness(cfg, output) -> dict:

@@ -1,0 +1,85 @@
+"""`bench predict`: a GPU that was not measured, predicted from one that was (or from a CPU), with
+the ceiling that binds and the error the model shows on published pairs (docs/prediction.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from bench_core.cli.common import text_table
+from bench_core.errors import EXIT_OK, ConfigError
+from bench_core.predict.measured import predict_dir
+from bench_core.predict.model import TERMS
+from bench_core.predict.published import ablations, error_table, fmt_pct, predictions
+from bench_core.predict.specs import predictable_names, spec
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = f"""How: per sample, t = max(F / P, Bf / W) + Bo / W, with F the FLOPs and Bf, Bo the bytes the
+FLOP ops and all other ops move (counted in the measured run, nothing fused), P the GPU's dense
+peak for the precision and W its memory bandwidth (bench_core/data/gpu_peaks.csv, each figure
+with its datasheet). The efficiency the measured device reached against its own t is carried to
+the target; N GPUs add a ring all-reduce of the gradients over the GPU's link. 'binds' says which
+ceiling dominates. The band is the model's median error over every published pair (the same
+workload on two GPUs, or N GPUs against fewer): `bench predict --error-table` prints it.
+A CPU source has no memory bandwidth figure: its efficiency is against its measured peak alone,
+and no published pair measures that step, so treat such a prediction as a rough guide.
+GPUs that can be predicted: {', '.join(predictable_names())}.
+examples:
+  bench run --model resnet18 --width 32 --height 32 --steps 2 --out outputs/cpu
+  bench predict --from outputs/cpu --gpu H100-SXM5-80GB --gpu A100-SXM4-80GB
+  bench predict --from outputs/a100 --gpu B200 --devices 8
+  bench predict --error-table          # the model against published pairs, no results needed
+  bench predict --pairs                # every published pair, predicted and actual
+exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a directory with no ok rows)."""
+    p.add_argument("--from", dest="from_dir", metavar="DIR", help="a result directory (DIR/runs/*/rows.json) "
+                   "measured on any device")
+    p.add_argument("--gpu", action="append", default=[], metavar="NAME",
+                   help="the GPU to predict (repeatable); a short name from gpu_peaks.csv, e.g. H100-SXM5-80GB")
+    p.add_argument("--devices", type=int, default=1, metavar="N", help="GPUs of the prediction, data parallel "
+                   "(default 1)")
+    p.add_argument("--error-table", action="store_true", help="print the model's error on every published pair, "
+                   "per workload and pair kind, and what each term is worth (from the shipped data alone)")
+    p.add_argument("--pairs", action="store_true", help="print every published pair: measured, predicted, error")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON (for scripts)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.error_table or args.pairs:
+        rows = predictions() if args.pairs else error_table()
+        if args.json:
+            print(json.dumps({"pairs": rows} if args.pairs else {"errors": rows, "terms": ablations()}, indent=1))
+            return EXIT_OK
+        if args.pairs:
+            print(text_table([{"workload": r["workload"], "precision": r["precision"], "from": r["from"],
+                               "to": r["to"], "actual": f"{r['actual']:.0f}", "predicted": f"{r['predicted']:.0f}",
+                               "error": f"{r['error']:+.0%}", "binds": r["binds"]} for r in rows], prose=("binds",)))
+            return EXIT_OK
+        print("Held-out error on published pairs (each member predicted from the other; nothing fitted):")
+        print(text_table([{"group": r["group"], "pairs": r["pairs"], "median |error|": fmt_pct(r["median_abs_error"]),
+                           "worst |error|": fmt_pct(r["worst_abs_error"]), "worst factor": f"{r['worst_factor']:.2f}x",
+                           "within 15%": fmt_pct(r["within_15pct"]), "worst pair": r["worst_pair"]} for r in rows],
+                         prose=("worst pair",)))
+        print(f"\nWhat each term is worth (terms: {', '.join(TERMS)}):")
+        print(text_table([{"model": r["model"], "median |error|": fmt_pct(r["median_abs_error"]),
+                           "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"])}
+                          for r in ablations()]))
+        return EXIT_OK
+    if not args.from_dir:
+        raise ConfigError("from", "give a result directory (--from DIR) and --gpu NAME, or --error-table")
+    if not args.gpu:
+        raise ConfigError("gpu", f"give at least one --gpu NAME; allowed: {', '.join(predictable_names())}")
+    if args.devices < 1:
+        raise ConfigError("devices", f"must be at least 1, got {args.devices}")
+    gpus = [spec(name) for name in args.gpu]
+    rows, notes = predict_dir(args.from_dir, gpus, args.devices)
+    if args.json:
+        print(json.dumps({"predictions": rows, "notes": notes}, indent=1))
+        return EXIT_OK
+    for line in notes:
+        print(f"bench predict: note: {line}")
+    print(text_table([{"model": r["model"], "mode": r["mode"], "precision": r["precision"], "batch": r["batch_size"],
+                       "measured on": r["measured_on"], "measured": f"{r['measured']:.4g}", "GPU": r["gpu"],
+                       "predicted": f"{r['predicted']:.4g}", "band": f"±{r['band']:.0%}", "binds": r["binds"]}
+                      for r in rows], prose=("binds",)))
+    return EXIT_OK

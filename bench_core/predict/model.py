@@ -1,0 +1,142 @@
+"""The prediction model: the time one sample takes on a GPU by its spec sheet, the efficiency the
+measured device reached against that time, carried over to the other device.
+
+Per sample, with F the FLOPs, Bf the bytes the FLOP ops (matmuls, convs, attention) move and Bo
+the bytes every other op moves (nothing fused: bench_core/measure/flops.py counts them), P the
+dense peak of the precision's math class and W the memory bandwidth:
+
+    split roofline (default):  t = max(F / P, Bf / W) + Bo / W
+    plain roofline:            t = max(F / P, (Bf + Bo) / W)
+
+The split form is the roofline applied to the two kinds of kernel an eager step runs one after the
+other: the FLOP ops at whichever of peak and bandwidth binds them, the rest at the bandwidth.
+Bytes that come once per step (weights, optimizer state) are spread over the per-GPU batch.
+
+N GPUs of data parallelism add a ring all-reduce of the gradients per step, not overlapped:
+
+    c = 2 (N - 1) / N x G / L,   L = min(link_gbps / 2 of the GPU, network_gbps between nodes)
+
+and a step of batch b per GPU takes b t / e + c, where e is the efficiency: the measured
+throughput over the ideal one on the measured device. The prediction is N b / (b t' / e + c').
+Nothing is fitted: every number is a datasheet figure, a count, or the measured row.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bench_core.predict.specs import Spec
+
+# The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
+TERMS = ("software-default", "split", "batch", "interconnect")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one sample of a workload costs, and where the figures come from."""
+    flops: float                 # FLOPs per sample (train: forward + backward)
+    flop_op_bytes: float         # bytes per sample moved by the FLOP ops
+    other_bytes: float           # bytes per sample moved by the other ops
+    flop_op_step_bytes: float = 0.0   # bytes per step of the FLOP ops (weights), spread over the batch
+    other_step_bytes: float = 0.0     # bytes per step of the other ops (optimizer, casts of weights)
+    grad_bytes: float = 0.0      # bytes all-reduced per step under data parallelism (4 x parameters)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One device configuration: the GPU, the math class its precision runs at, how many GPUs."""
+    gpu: Spec
+    math: str                    # peak class: fp32, tf32, fp16, bf16, fp8
+    gpus: int = 1
+    nodes: int = 1
+    batch: float | None = None   # per GPU; None: the per-step bytes are left out (a large batch)
+    network_gbps: float | None = None  # between nodes, per node (GB/s), where nodes > 1
+
+
+@dataclass(frozen=True)
+class Times:
+    compute_s: float             # F / P
+    flop_op_memory_s: float      # Bf / W
+    other_memory_s: float        # Bo / W
+    sample_s: float              # the model's time per sample
+    comm_s: float                # all-reduce time per step
+    binds: str                   # which ceiling binds, in words
+
+
+@dataclass(frozen=True)
+class Prediction:
+    value: float                 # predicted samples/s (all GPUs)
+    efficiency: float            # measured / ideal on the source
+    source: Times
+    target: Times
+    note: str                    # the terms used, with where their numbers came from
+
+
+def _per_sample(step_bytes: float, batch: float | None, use_batch: bool) -> float:
+    return step_bytes / batch if use_batch and batch else 0.0
+
+
+def times(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> Times:
+    peak, _ = setup.gpu.peak(setup.math)
+    bandwidth = setup.gpu.number("memory_gbps") * 1e9
+    use_batch = "batch" in terms
+    flop_bytes = profile.flop_op_bytes + _per_sample(profile.flop_op_step_bytes, setup.batch, use_batch)
+    other_bytes = profile.other_bytes + _per_sample(profile.other_step_bytes, setup.batch, use_batch)
+    compute = profile.flops / (peak * 1e12)
+    flop_mem, other_mem = flop_bytes / bandwidth, other_bytes / bandwidth
+    if "split" in terms:
+        sample = max(compute, flop_mem) + other_mem
+    else:
+        sample = max(compute, flop_mem + other_mem)
+    comm = comm_seconds(profile, setup) if "interconnect" in terms else 0.0
+    memory = flop_mem + other_mem
+    kind = "compute" if compute >= memory else "memory"
+    ceiling = (f"dense {setup.math} peak" if kind == "compute" else "memory bandwidth")
+    binds = f"{kind} ({ceiling}; compute {compute / (compute + memory):.0%} of compute + memory time)"
+    if comm and setup.batch:
+        share = comm / (comm + setup.batch * sample)
+        if share > 0.05:
+            binds += f"; interconnect {share:.0%} of the ideal step"
+    return Times(compute, flop_mem, other_mem, sample, comm, binds)
+
+
+def comm_seconds(profile: Profile, setup: Setup) -> float:
+    """Ring all-reduce of the gradients per step (not overlapped with compute)."""
+    n = setup.gpus
+    if n <= 1 or not profile.grad_bytes:
+        return 0.0
+    link = setup.gpu.number("link_gbps") / 2   # the datasheet's figure is both directions together
+    if setup.nodes > 1:
+        link = min(link, setup.network_gbps or link)
+    return 2 * (n - 1) / n * profile.grad_bytes / (link * 1e9)
+
+
+def _step_s(t: Times, batch: float, efficiency: float) -> float:
+    return batch * t.sample_s / efficiency + t.comm_s
+
+
+def predict(measured: float, source: Setup, target: Setup, profile: Profile,
+            terms: tuple[str, ...] = TERMS) -> Prediction:
+    """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`."""
+    src, dst = times(profile, source, terms), times(profile, target, terms)
+    b_src = source.batch or 1.0
+    b_dst = target.batch or b_src
+    # measured = N b / (b t / e + c)  ->  e = b t / (N b / measured - c)
+    budget = source.gpus * b_src / measured - src.comm_s
+    if budget <= 0:  # the all-reduce alone is longer than the measured step: leave it out of e
+        budget = source.gpus * b_src / measured
+    efficiency = b_src * src.sample_s / budget
+    value = target.gpus * b_dst / _step_s(dst, b_dst, efficiency)
+    note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
+            f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
+    return Prediction(value, efficiency, src, dst, note)
+
+
+def without(term: str, terms: tuple[str, ...] = TERMS) -> tuple[str, ...]:
+    return tuple(t for t in terms if t != term)
+
+
+def relative_error(predicted: float, actual: float) -> float:
+    """predicted / actual - 1 (0.25: 25 % too high)."""
+    return predicted / actual - 1 if actual and not math.isnan(actual) else math.nan

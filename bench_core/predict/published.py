@@ -1,0 +1,204 @@
+"""The model against every published pair: two published figures of one workload, from one run group
+(same source, same software), on two GPUs or on N GPUs against fewer. Each member is predicted
+from the other; the error table is what docs/prediction.md states and tests/test_predict.py checks.
+
+The rows are bench_core/data/reference.csv (the report's published figures; `spec_gpu` names the
+spec sheet, `network_gbps` the link between nodes, `run_group` what was measured together); what a
+sample costs is bench_core/data/workload_profiles.csv (counted by `bench run` on CPU).
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.resources
+import itertools
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from bench_core.files import atomic_write_text
+from bench_core.predict.model import TERMS, Profile, Setup, predict, relative_error, without
+from bench_core.predict.specs import Spec, math_class, specs
+
+# Which profile a precision's bytes come from: fp32 and TF32 move 4-byte activations, the rest 2.
+PROFILE_PRECISION = {"fp32": "fp32", "tf32": "fp32"}
+
+
+def _data_rows(name: str) -> list[dict]:
+    path = importlib.resources.files("bench_core") / "data" / name
+    with importlib.resources.as_file(path) as p, open(p, newline="") as handle:
+        return list(csv.DictReader(line for line in handle if line.strip() and not line.startswith("#")))
+
+
+@functools.cache
+def profiles() -> dict[tuple, Profile]:
+    """(model, mode, input_shape, fp32 | amp) -> Profile, from workload_profiles.csv."""
+    out = {}
+    for r in _data_rows("workload_profiles.csv"):
+        out[(r["model"], r["mode"], r["input_shape"], r["precision"])] = Profile(
+            float(r["flops_per_sample"]), float(r["flop_op_bytes_per_sample"]), float(r["other_bytes_per_sample"]),
+            float(r["flop_op_bytes_per_step"]), float(r["other_bytes_per_step"]), float(r["grad_bytes_per_step"]),
+            r["source"])
+    return out
+
+
+def profile_key(row: dict, math: str) -> tuple:
+    return (row["model"], row["mode"], row["input_shape"], PROFILE_PRECISION.get(math, "amp"))
+
+
+@functools.cache
+def published_rows() -> tuple[dict, ...]:
+    """Published throughput rows a prediction can use: a spec sheet with memory figures, samples/s."""
+    by_name = {s.gpu: s for s in specs()}
+    out = []
+    for r in _data_rows("reference.csv"):
+        spec = by_name.get(r["spec_gpu"])
+        if r["metric"] != "samples_per_s" or spec is None or not spec.predictable():
+            continue
+        out.append({**r, "spec": spec, "value": float(r["value"]), "gpus": int(r["gpus"]), "nodes": int(r["nodes"]),
+                    "batch": float(r["batch_size"]) if r["batch_size"] else None,
+                    "network_gbps": float(r["network_gbps"]) if r["network_gbps"] else None})
+    return tuple(out)
+
+
+def setup_of(row: dict, terms: tuple[str, ...], batch: float | None) -> Setup:
+    """A published row as a Setup. Its fp32 is TF32 where its software says so (match_precisions lists
+    tf32: NGC containers) and the GPU has TF32 units: the software-default term."""
+    spec: Spec = row["spec"]
+    ours = row["match_precisions"].split()  # our precisions the published one matches; the first is its own
+    tf32 = "software-default" in terms and "tf32" in ours
+    return Setup(spec, math_class(ours[0], spec, fp32_means_tf32=tf32), row["gpus"], row["nodes"],
+                 batch, row["network_gbps"])
+
+
+def batch_of(row: dict, partner: dict, rows: tuple[dict, ...]) -> float | None:
+    """The per-GPU batch: stated; else the partner's, scaled by memory (the batch a larger memory
+    allows); else the median samples per GB of memory of the rows of the same workload and
+    precision that state a batch (another table of the source), times this GPU's memory."""
+    if row["batch"]:
+        return row["batch"]
+    memory = row["spec"].number("memory_gb")
+    if partner["batch"]:
+        return partner["batch"] * memory / partner["spec"].number("memory_gb")
+    stated = [r["batch"] / r["spec"].number("memory_gb") for r in rows
+              if r["batch"] and (r["model"], r["mode"], r["precision"], r["input_shape"])
+              == (row["model"], row["mode"], row["precision"], row["input_shape"])]
+    return statistics.median(stated) * memory if stated else None
+
+
+def pairs() -> list[tuple[dict, dict]]:
+    """Every ordered pair (source row, target row) of one run group and workload that differ in the GPU
+    or in the GPU count, not both (the pair isolates one change)."""
+    rows = published_rows()
+    key = ("run_group", "model", "mode", "precision", "input_shape")
+    out = []
+    for _, group in itertools.groupby(sorted(rows, key=lambda r: [r[k] for k in key]), key=lambda r: [r[k] for k in key]):
+        group = list(group)
+        for a, b in itertools.permutations(group, 2):
+            if (a["spec"].gpu == b["spec"].gpu) != (a["gpus"] == b["gpus"]):
+                out.append((a, b))
+    return out
+
+
+def pair_kind(a: dict, b: dict) -> str:
+    return "scaling (N GPUs)" if a["spec"].gpu == b["spec"].gpu else "GPU to GPU"
+
+
+def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
+    """One row per ordered pair: what was predicted from what, the prediction, the error."""
+    rows = published_rows()
+    out = []
+    for a, b in pairs():
+        math_a = setup_of(a, terms, None).math
+        profile = profiles().get(profile_key(a, math_a))
+        if profile is None:
+            continue
+        src = setup_of(a, terms, batch_of(a, b, rows))
+        dst = setup_of(b, terms, batch_of(b, a, rows))
+        p = predict(a["value"], src, dst, profile, terms)
+        out.append({"workload": f"{a['model']} {a['mode']} {a['input_shape']}", "model": a["model"],
+                    "precision": a["precision"], "run_group": a["run_group"], "kind": pair_kind(a, b),
+                    "from": f"{a['gpus']}x {a['spec'].gpu} ({src.math})", "to": f"{b['gpus']}x {b['spec'].gpu} ({dst.math})",
+                    "measured_from": a["value"], "actual": b["value"], "predicted": p.value,
+                    "error": relative_error(p.value, b["value"]), "binds": p.target.binds, "source": a["source"]})
+    return out
+
+
+def summarize(rows: list[dict], by: str | None) -> list[dict]:
+    """Median and worst |error| (and the worst factor off), per value of `by` and over all."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(r[by] if by else "all pairs", []).append(r)
+    if by:
+        groups["all pairs"] = rows
+    out = []
+    for name, group in groups.items():
+        errors = [abs(r["error"]) for r in group]
+        factors = [max(r["predicted"] / r["actual"], r["actual"] / r["predicted"]) for r in group]
+        worst = max(group, key=lambda r: abs(r["error"]))
+        out.append({"group": name, "pairs": len(group), "median_abs_error": statistics.median(errors),
+                    "worst_abs_error": max(errors), "worst_factor": max(factors),
+                    "within_15pct": sum(e <= 0.15 for e in errors) / len(errors),
+                    "worst_pair": f"{worst['from']} -> {worst['to']} ({worst['precision']})"})
+    return out
+
+
+def error_table(terms: tuple[str, ...] = TERMS) -> list[dict]:
+    """The held-out error per workload and pair kind and over all. Nothing in the model is fitted
+    (every number is a datasheet figure, a count, or the other member of the pair), so each pair is
+    predicted without its own source's figures beyond the measured member: the error is held out."""
+    rows = predictions(terms)
+    return summarize(rows, "model") + [r for r in summarize(rows, "kind") if r["group"] != "all pairs"]
+
+
+def ablations() -> list[dict]:
+    """The overall median and worst error of the full model and of the model without each term."""
+    out = []
+    for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS]:
+        total = summarize(predictions(terms), None)[0]
+        out.append({"model": name, **{k: total[k] for k in ("pairs", "median_abs_error", "worst_abs_error",
+                                                            "worst_factor", "within_15pct")}})
+    return out
+
+
+def fmt_pct(x: float) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
+
+
+# docs/prediction.md holds the tables below between these markers; tests/test_predict.py checks
+# them against the data, and `python -m bench_core.predict.published --write` rewrites them.
+DOC_START, DOC_END = "<!-- error-table:start (generated) -->", "<!-- error-table:end -->"
+
+
+def markdown() -> str:
+    """The error table and the term ablation as markdown, as docs/prediction.md states them."""
+    lines = ["| group | pairs | median abs. error | worst abs. error | worst factor | within 15 % | worst pair |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for r in error_table():
+        lines.append(f"| {r['group']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
+                     f"{fmt_pct(r['worst_abs_error'])} | {r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} | "
+                     f"{r['worst_pair']} |")
+    lines += ["", "| model | pairs | median abs. error | worst abs. error | worst factor | within 15 % |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for r in ablations():
+        lines.append(f"| {r['model']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
+                     f"{fmt_pct(r['worst_abs_error'])} | {r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} |")
+    return "\n".join(lines)
+
+
+def doc_block(text: str) -> str | None:
+    """The generated block of a docs/prediction.md text, or None when its markers are missing."""
+    if DOC_START not in text or DOC_END not in text:
+        return None
+    return text[text.index(DOC_START) + len(DOC_START):text.index(DOC_END)].strip()
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"
+
+if __name__ == "__main__":  # python -m bench_core.predict.published [--write]
+    if sys.argv[1:] == ["--write"]:
+        text = DOC.read_text()
+        start, end = text.index(DOC_START) + len(DOC_START), text.index(DOC_END)
+        atomic_write_text(DOC, text[:start] + "\n" + markdown() + "\n" + text[end:])
+    print(markdown())

@@ -1,0 +1,89 @@
+"""GPU spec sheets for prediction, read from the one spec-sheet table (bench_core/data/gpu_peaks.csv,
+which MFU reads too): dense peaks per precision, memory bandwidth and size, interconnect, power,
+each figure with its source.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+from bench_core.errors import ConfigError
+from bench_core.measure.flops import NO_UNITS, PEAK_CLASS, PEAK_QUANTITIES, UNPUBLISHED, gpu_spec_table
+
+# What a prediction needs beyond the peaks; a GPU without them is not predictable.
+REQUIRED = ("memory_gbps", "memory_gb", "link_gbps")
+
+
+@dataclass(frozen=True)
+class Spec:
+    gpu: str                       # short name (`bench predict --gpu`)
+    pattern: str                   # regex of torch's device name
+    values: dict = field(hash=False)    # quantity -> float, or the text `none` / `unpublished`
+    sources: dict = field(hash=False)   # quantity -> datasheet text and URL
+
+    def number(self, quantity: str) -> float | None:
+        value = self.values.get(quantity)
+        return value if isinstance(value, float) else None
+
+    def peak(self, math: str) -> tuple[float, str]:
+        """Dense TFLOP/s of a math class (fp32, tf32, fp16, bf16, fp8) and its source. A class the
+        GPU has no tensor cores for runs through fp32 math (bf16 before Ampere): the fp32 peak."""
+        own = self.number(math)
+        if own is not None:
+            return own, f"{math} {own:g} TFLOP/s: {self.sources[math]}"
+        fp32 = self.number("fp32")
+        why = self.sources.get(math, f"no {math} figure")
+        return fp32, f"fp32 {fp32:g} TFLOP/s (no {math} units: {why})"
+
+    def has_tensor(self, math: str) -> bool:
+        return self.number(math) is not None
+
+    def predictable(self) -> bool:
+        return all(self.number(q) for q in REQUIRED) and self.number("fp32") is not None
+
+
+@functools.cache
+def specs() -> tuple[Spec, ...]:
+    """Every GPU of the table, in table order (specific patterns before generic fallbacks)."""
+    by_gpu: dict[str, Spec] = {}
+    for row in gpu_spec_table():
+        spec = by_gpu.setdefault(row["gpu"], Spec(row["gpu"], row["gpu_pattern"], {}, {}))
+        value = row["value"]
+        spec.values[row["quantity"]] = value if value in (NO_UNITS, UNPUBLISHED) else float(value)
+        spec.sources[row["quantity"]] = row["source"]
+    return tuple(by_gpu.values())
+
+
+def predictable_names() -> list[str]:
+    return [s.gpu for s in specs() if s.predictable()]
+
+
+def spec(name: str, field_name: str = "gpu") -> Spec:
+    """The spec sheet of a GPU by short name (case-insensitive); bad input names the allowed ones."""
+    for s in specs():
+        if s.gpu.lower() == name.strip().lower():
+            if not s.predictable():
+                missing = [q for q in REQUIRED if not s.number(q)]
+                raise ConfigError(field_name, f"{s.gpu} has no {', '.join(missing)} in gpu_peaks.csv; "
+                                              f"allowed: {', '.join(predictable_names())}")
+            return s
+    raise ConfigError(field_name, f"unknown GPU '{name}'; allowed: {', '.join(predictable_names())}")
+
+
+def spec_for_device(device_name: str) -> Spec | None:
+    """The spec sheet whose pattern matches torch's device name, or None (a CPU, an unlisted GPU)."""
+    for s in specs():
+        if re.fullmatch(s.pattern, (device_name or "").strip(), re.IGNORECASE):
+            return s
+    return None
+
+
+def math_class(precision: str, gpu: Spec, fp32_means_tf32: bool = False) -> str:
+    """The peak a precision computes at on `gpu`: its own class (amp-fp16 -> fp16, ...), and for
+    fp32 the TF32 class where the software runs fp32 convolutions and matmuls as TF32 (NGC
+    containers; cuDNN's default allow_tf32 for convolutions) and the GPU has TF32 units."""
+    cls = PEAK_CLASS.get(precision, precision)
+    if cls == "fp32" and fp32_means_tf32 and gpu.has_tensor("tf32"):
+        return "tf32"
+    return cls if cls in PEAK_QUANTITIES else "fp32"

@@ -1,0 +1,84 @@
+"""The report's "Predicted GPUs" section: what `bench predict` gives for GPUs that were not measured,
+beside what was measured, drawn apart (hollow, hatched, labelled "predicted") with the error band
+the model shows on published pairs (docs/prediction.md). A predicted figure is never mixed into a
+measured one: it has its own rows, bars and column.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from bench_core.errors import ConfigError
+from bench_core.predict.measured import predict_dir
+from bench_core.predict.specs import spec
+from bench_core.summary.html import note, paragraph, section, show_figure, show_table
+from bench_core.summary.load import Results
+
+# The GPUs the report predicts unless the cell names others: one per generation and class.
+DEFAULT_GPUS = ("L4", "A100-SXM4-80GB", "H100-SXM5-80GB", "B200")
+MAX_CHARTS = 6
+
+
+def predicted_table(res: Results, gpus=DEFAULT_GPUS) -> tuple[pd.DataFrame, list[str]]:
+    """Predicted rows for every configuration of every result directory, and notes on what was skipped."""
+    specs = [spec(name) for name in gpus]
+    rows, notes = [], []
+    for directory in res.dirs:
+        try:
+            found, skipped = predict_dir(directory, specs)
+        except ConfigError as exc:
+            notes.append(str(exc))
+            continue
+        rows += found
+        notes += skipped
+    return pd.DataFrame(rows), notes
+
+
+def _chart(table: pd.DataFrame) -> None:
+    import matplotlib.pyplot as plt
+    groups = list(table.groupby(["model", "mode", "precision", "batch_size"], sort=False))[:MAX_CHARTS]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.2 + 0.45 * sum(g["gpu"].nunique() + 1 for _, g in groups)),
+                             squeeze=False)
+    for ax, ((model, mode, precision, batch), group) in zip(axes[:, 0], groups):
+        measured = group.drop_duplicates("measured_on")
+        several = len(measured) > 1
+        labels = [f"{m} (measured)" for m in measured["measured_on"]] + [
+            f"{g} (predicted{f' from {m}' if several else ''})" for g, m in zip(group["gpu"], group["measured_on"])]
+        y = range(len(labels))
+        ax.barh(list(y)[:len(measured)], measured["measured"], color="tab:blue", label="measured")
+        ax.barh(list(y)[len(measured):], group["predicted"], fill=False, hatch="///", edgecolor="tab:orange",
+                label="predicted (band: median error on published pairs)",
+                xerr=[group["predicted"] - group["low"], group["high"] - group["predicted"]], ecolor="tab:orange")
+        ax.set_yticks(list(y), labels)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        unit = group["sample_unit"].dropna().iloc[0] if group["sample_unit"].notna().any() else "samples/s"
+        ax.set_xlabel(unit)
+        ax.set_title(f"{model} {mode} {precision}, batch {batch}", fontsize=10, loc="right")
+    axes[0, 0].legend(loc="lower left", bbox_to_anchor=(0, 1.08), ncols=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    show_figure(fig, "Measured throughput (solid) beside predicted throughput of GPUs not measured (hatched, with "
+                     "the error band)")
+
+
+@section
+def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
+    table, notes = predicted_table(res, gpus)
+    if notes:
+        more = f" (and {len(notes) - 1} more like it)" if len(notes) > 1 else ""
+        note(f"Not predicted: {notes[0]}{more}.")
+    if table.empty:
+        note("Nothing to predict from: no ok row with the FLOP and byte counts `bench predict` needs.")
+        return
+    band = table["band"].iloc[0]
+    paragraph(f"Predicted, not measured: each configuration carried to GPUs that were not measured "
+              f"(`bench predict`; docs/prediction.md). The model puts the FLOPs and bytes counted in the run "
+              f"against each GPU's datasheet peak and memory bandwidth and carries the measured efficiency "
+              f"over; 'binds' says which ceiling dominates. The band (±{band:.0%}) is the model's median error "
+              f"over the published pairs; some pairs are off by more (see the docs). A prediction from a CPU run "
+              f"is a rough guide: no published pair measures that step.")
+    _chart(table)
+    shown = table.assign(predicted_band=[f"{lo:.4g} – {hi:.4g}" for lo, hi in zip(table["low"], table["high"])])
+    show_table(shown, {"model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch",
+                       "measured_on": "measured on", "measured": "measured", "gpu": "GPU (predicted)",
+                       "predicted": "predicted", "predicted_band": "band", "binds": "binds",
+                       "efficiency": "efficiency carried over"})
