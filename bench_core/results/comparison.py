@@ -173,7 +173,7 @@ def compare_paired(baseline, candidate, *, disturbed=None, min_effect: float = M
     t-interval on the per-round log ratios, exponentiated. A round with an unusable value on
     either side is left out whole.
 
-    disturbed: per round, the disturbing flags of either side's row (measure.noise.disturbances;
+    disturbed: per round, the disturbing flags of either side's row (results.disturbed.disturbances;
     '' when none). Such rounds are left out, as compare_rows leaves out disturbed repeats; when too
     few are left for an interval the verdict is DISTURBED, never faster or slower."""
     base, cand = list(baseline), list(candidate)
@@ -289,7 +289,7 @@ def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str 
     """Two sets of result rows (one per repeat) of one workload compared from their undisturbed repeats.
 
     - `disturbed` names a column holding each row's disturbing flags (comma separated, empty when
-      none; measure.noise.disturbances decides them): those repeats are left out, and when too few
+      none; results.disturbed.disturbances decides them): those repeats are left out, and when too few
       are left for an interval the verdict is DISTURBED, never faster or slower.
     - With 2 or more runs on both sides each run's geometric mean is one sample, so the interval
       measures how much a whole run shifts from one process to the next.

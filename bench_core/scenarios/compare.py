@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
 from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import CONFIDENCE, DISTURBED, compare_paired, geometric_mean
 from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
 from bench_core.run.runner import Progress, Session

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import DISTURBED, compare_rows
 from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
 from bench_core.summary.load import WORKLOAD, Results
