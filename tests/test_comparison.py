@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_core.measure.noise import DISTURBING_FLAGS, disturbances
+from bench_core.results.disturbed import DISTURBING_FLAGS, disturbances
 from bench_core.results.comparison import (
     DISTURBED,
     METHOD_TEXT,

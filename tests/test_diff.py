@@ -25,7 +25,7 @@ from bench_core.errors import (
     EXIT_OK,
     EXIT_TERMINATED,
 )
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import RUN_SHIFT
 from bench_core.sweep.plan import load_sweep
 from conftest import bench_here

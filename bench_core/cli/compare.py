@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from bench_core import results
@@ -19,9 +20,8 @@ from bench_core.cli.common import (
 from bench_core.cli.diff import fraction
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import check_runnable
-from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.files import check_writable
-from bench_core.results.comparison import MIN_EFFECT
+from bench_core.results.comparison import DISTURBED, MIN_EFFECT
 from bench_core.scenarios.compare import compare, parse_overrides
 
 
@@ -29,12 +29,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
 Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval on their logs,
 and a verdict: faster / slower (the CI excludes 1 and the change is at least --min-effect) or no
-clear difference (the same verdicts as bench diff).
+clear difference (the same verdicts as bench diff). The variant table's samples/s are the geometric
+means over the same rounds, so their ratio is the verdict's B/A.
+Disturbed: rounds where either row is flagged other-processes-on-cpu, other-processes-on-device,
+throttle, clock-drop or unstable-repeats are left out; with too few left the verdict is
+'disturbed: re-measure' (exit 3, as bench diff), never a speed verdict.
+Wrong results: each variant other than fp32 eager NCHW is checked once, as it is built, against
+fp32 eager NCHW on the same weights and inputs (cosine similarity and relative error of the forward
+outputs, within its precision's tolerance: docs/reference.md); outside it the verdict is 'wrong
+results' and there is no speed verdict (exit 1).
 --repeats does not apply (use --rounds); --steps / --min-seconds size each window.
 examples:
   bench compare --model resnet18 --width 64 --height 64 --batch-size 16 --device cpu --a compile=off --b compile=default
   bench compare --model resnet50 --precision amp-bf16 --device cuda --b channels_last=true --rounds 10 --out outputs/ab
-exit status: 0 verdict given, 1 a variant failed (rows written with --out), 2 bad input."""
+exit status: 0 a speed verdict, 1 a variant failed or computes wrong results (rows written with
+--out), 2 bad input, 3 disturbed: re-measure on a quiet machine."""
     add_config_arguments(p, unused=("repeats",))
     p.add_argument("--a", dest="a", nargs="+", action="extend", metavar="KEY=VALUE",
                    help="overrides for variant A (BenchConfig fields, e.g. compile=off)")
@@ -69,4 +78,6 @@ def main(args: argparse.Namespace) -> int:
         path = write_json(Path(args.out) / "compare", cfg_b, result.to_dict())
         note_line(args, f"comparison written to {path}; rows under {Path(args.out) / 'runs'}")
     print(json.dumps(result.to_dict(), indent=1, default=str) if args.json else result.format())
-    return EXIT_OK if result.ok else EXIT_FAILED
+    if result.verdict == DISTURBED:
+        print(f"bench compare: disturbed: not judged, re-measure on a quiet machine ({result.reason})", file=sys.stderr)
+    return result.exit_status

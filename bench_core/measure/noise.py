@@ -33,24 +33,6 @@ THROTTLING_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown
 POWER_CAP_REASON = "sw_power_cap"
 
 
-# Flags that say a measurement was disturbed, not merely imprecise: something else ran on the CPU or
-# the device, the device slowed itself, or the repeats disagreed beyond REPEAT_CV_THRESHOLD. A
-# comparison (bench diff, the report) leaves such repeats out and, with too few left, says
-# "disturbed: re-measure" instead of faster or slower. noisy-window and short-window are imprecision
-# that the spread of the repeats already carries; mfu-above-1 concerns the peak, not the timing.
-DISTURBING_FLAGS = ("other-processes-on-cpu", "other-processes-on-device", "throttle", "clock-drop",
-                    "unstable-repeats")
-
-
-def disturbances(flags) -> str:
-    """The disturbing flags' names in a row's noise_flags ('other-processes-on-cpu(0.94 cores);noisy-window(..)'
-    -> 'other-processes-on-cpu'), comma separated, each once; '' when none (NaN and None too)."""
-    if not isinstance(flags, str):
-        return ""
-    names = [part.split("(")[0].strip() for part in flags.split(";")]
-    return ", ".join(dict.fromkeys(n for n in names if n in DISTURBING_FLAGS))
-
-
 def noise_flags(row: dict, cfg) -> list[str]:
     """Why this row may be disturbed; the sampler's own flags (other processes) come first."""
     flags = [f for f in str(row.get("noise_flags") or "").split(";") if f]

@@ -167,15 +167,35 @@ def compare_samples(baseline, candidate, *, shift_sd: float = 0.0, min_effect: f
     return interval(change, math.sqrt(measured + stated), df, len(a), len(b), min_effect, confidence, note)
 
 
-def compare_paired(baseline, candidate, *, min_effect: float = MIN_EFFECT,
+def compare_paired(baseline, candidate, *, disturbed=None, min_effect: float = MIN_EFFECT,
                    confidence: float = CONFIDENCE) -> Comparison:
     """Paired rounds (bench compare: baseline[i] and candidate[i] ran back to back): a one-sample
     t-interval on the per-round log ratios, exponentiated. A round with an unusable value on
-    either side is left out whole."""
-    check_settings(min_effect, confidence)
+    either side is left out whole.
+
+    disturbed: per round, the disturbing flags of either side's row (results.disturbed.disturbances;
+    '' when none). Such rounds are left out, as compare_rows leaves out disturbed repeats; when too
+    few are left for an interval the verdict is DISTURBED, never faster or slower."""
     base, cand = list(baseline), list(candidate)
-    if len(base) != len(cand):
-        raise ValueError(f"paired samples need the same number of rounds, got {len(base)} and {len(cand)}")
+    flags = [flag_names(f) for f in (disturbed if disturbed is not None else [""] * len(base))]
+    if len(base) != len(cand) or len(flags) != len(base):
+        raise ValueError(f"paired samples need the same number of rounds, got {len(base)}, {len(cand)} "
+                         f"and {len(flags)} disturbance entries")
+    hit = [bool(f) for f in flags]
+    if not any(hit):
+        return _paired(base, cand, min_effect, confidence)
+    found = sorted({name for f in flags for name in f})
+    kept = _paired([v for v, h in zip(base, hit) if not h], [v for v, h in zip(cand, hit) if not h],
+                   min_effect, confidence)
+    dropped = f"{sum(hit)} of {len(base)} rounds left out as disturbed ({', '.join(found)})"
+    if not kept.has_interval:
+        return Comparison(None, None, None, DISTURBED, join(dropped, "too few undisturbed left for an interval"),
+                          kept.n_baseline, kept.n_candidate, confidence, min_effect)
+    return dataclasses.replace(kept, reason=join(kept.reason, dropped))
+
+
+def _paired(base: list, cand: list, min_effect: float, confidence: float) -> Comparison:
+    check_settings(min_effect, confidence)
     pairs = np.column_stack([usable_or_nan(base), usable_or_nan(cand)]) if base else np.empty((0, 2))
     kept = pairs[np.isfinite(pairs).all(axis=1)]
     a, b = kept[:, 0], kept[:, 1]
@@ -269,7 +289,7 @@ def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str 
     """Two sets of result rows (one per repeat) of one workload compared from their undisturbed repeats.
 
     - `disturbed` names a column holding each row's disturbing flags (comma separated, empty when
-      none; measure.noise.disturbances decides them): those repeats are left out, and when too few
+      none; results.disturbed.disturbances decides them): those repeats are left out, and when too few
       are left for an interval the verdict is DISTURBED, never faster or slower.
     - With 2 or more runs on both sides each run's geometric mean is one sample, so the interval
       measures how much a whole run shifts from one process to the next.

@@ -132,6 +132,16 @@ _MEASURED = [
     ("window_peak_rss_bytes", "largest RSS sampled during the timed window (telemetry)"),
     ("loss_final", "last loss of the window (train)"),
     ("loss_finite", "the last loss / output of the window was finite"),
+    ("output_check", "a variant's outputs against its reference (fp32 eager NCHW, same weights and inputs), checked "
+                     "once per configuration outside the timed window: within tolerance | wrong results | not "
+                     "checked: why; empty for the reference itself (results/fidelity.py)"),
+    ("output_reference", "what the outputs were checked against: fp32 eager NCHW"),
+    ("output_tolerance", "the precision's tolerance: minimum cosine similarity and maximum relative error"),
+    ("output_cosine", "cosine similarity of the variant's forward outputs to the reference's (all floating-point "
+                      "outputs flattened, float64); empty when non-finite"),
+    ("output_rel_error", "relative L2 error of the variant's forward outputs: ||variant - reference|| / ||reference||; "
+                         "empty when non-finite"),
+    ("loss_rel_error", "train: relative difference of the first training step's loss from the reference's"),
     ("tf32_enabled", "TF32 allowed for fp32 matmul and conv, as torch reads it back after setting it"),
     ("tf32_flags", "every TF32 accessor read back after setting (legacy allow_tf32 / matmul precision and the "
                    "fp32_precision strings)"),

@@ -19,7 +19,7 @@ from bench_core.devices import Backend, numerics_state, resolve_device, restore_
 from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import ddp, profiling
+from bench_core.run import ddp, profiling, reference
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -175,6 +175,9 @@ class Session:
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
         _check_fits(task.memory_needed(cfg), backend)
+        # A variant against its fp32 eager reference, built and freed here, outside every window.
+        run.update(reference.check_outputs(cfg, spec, backend, _make_step, ctx.world_size))
+        torch.manual_seed(cfg.seed)  # the check drew from the generator: the same weights as without it
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
             model = spec.build(cfg).to(device)
         run["params_count"] = count_parameters(model)  # every later row of this run carries it

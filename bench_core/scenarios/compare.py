@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 
 from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
 from bench_core.devices import Backend, resolve_device
-from bench_core.errors import ConfigError
-from bench_core.results.comparison import CONFIDENCE, compare_paired
+from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
+from bench_core.results.disturbed import disturbances
+from bench_core.results.comparison import CONFIDENCE, DISTURBED, compare_paired, geometric_mean
+from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
 from bench_core.run.runner import Progress, Session
 
 # Keys that make no sense per variant in one interleaved process.
@@ -27,18 +28,35 @@ class Comparison:
     order: list[str] = field(default_factory=list)           # "AB" or "BA" per round
     samples_per_s_a: list[float] = field(default_factory=list)
     samples_per_s_b: list[float] = field(default_factory=list)
-    noisy_rounds: list[int] = field(default_factory=list)  # rounds where a row has noise_flags
-    ratio: float | None = None          # B / A throughput (geometric mean over rounds)
+    disturbed: list[str] = field(default_factory=list)       # per round: its rows' disturbing flags ('' none)
+    mean_a: float | None = None         # geometric mean samples/s over the judged (undisturbed) rounds
+    mean_b: float | None = None
+    ratio: float | None = None          # B / A throughput: mean_b / mean_a (= the geometric mean of round ratios)
     ci_low: float | None = None
     ci_high: float | None = None
-    verdict: str | None = None          # results.comparison's verdicts | None (a variant failed)
+    verdict: str | None = None          # results.comparison's verdicts, WRONG_RESULTS | None (a variant failed)
     reason: str = ""
+    outputs_a: str = ""                 # each variant's output check against fp32 eager (results.fidelity)
+    outputs_b: str = ""
     rows_a: list[dict] = field(default_factory=list, repr=False)
     rows_b: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
-        return self.verdict is not None
+        return self.verdict is not None and self.verdict not in (WRONG_RESULTS, DISTURBED)
+
+    @property
+    def exit_status(self) -> int:
+        """bench compare's: 0 a speed verdict; 1 a variant failed or computes wrong results; 3 (as
+        bench diff) its rounds were too disturbed to judge."""
+        if self.verdict == DISTURBED:
+            return EXIT_DISTURBED
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+    @property
+    def judged(self) -> list[int]:
+        """The rounds the verdict rests on: those without a disturbing flag."""
+        return [i for i, flags in enumerate(self.disturbed) if not flags]
 
     def to_dict(self) -> dict:
         """The comparison without its rows (those go to the results store)."""
@@ -52,34 +70,42 @@ class Comparison:
         c = self.config_a
         head = (f"compare {c['model']} {c['mode']} {c['precision']} batch {c['batch_size']} "
                 f"{c['width']}x{c['height']} on {c['device']}: {self.rounds} rounds, interleaved (AB BA AB ...)")
-        lines = [head, f"{'variant':32s} {'samples/s':>10s} {'step ms':>9s} {'first step ms':>14s} {'compile s':>10s}"]
-        for name, label, rows in (("A", self.label_a, self.rows_a), ("B", self.label_b, self.rows_b)):
+        judged = self.judged
+        over = "geo. mean" if len(judged) == len(self.order) else f"geo. mean, {len(judged)} undisturbed rounds"
+        lines = [head, f"  {'variant':30s} {'samples/s':>10s} {'step ms':>9s} {'first step ms':>14s} "
+                       f"{'compile s':>10s}  outputs ({over} of samples/s and step ms)"]
+        for name, label, rows, outputs in (("A", self.label_a, self.rows_a, self.outputs_a),
+                                           ("B", self.label_b, self.rows_b, self.outputs_b)):
             ok = [r for r in rows if r["status"] == "ok"]
             if not ok:
                 lines.append(f"{name} {label:30s} {rows[0]['status'] if rows else 'not run'}: "
                              f"{rows[0]['message'] if rows else ''}")
                 continue
-            first = ok[0]
-            lines.append(f"{name} {label:30s} {statistics.median(r['samples_per_s'] for r in ok):10.4g} "
-                         f"{statistics.median(r['step_time_ms_median'] for r in ok):9.4g} "
+            first, mean = ok[0], self.mean_a if name == "A" else self.mean_b
+            step_ms = geometric_mean([ok[i]["step_time_ms_median"] for i in judged if i < len(ok)])
+            lines.append(f"{name} {label:30s} {number(mean, 10)} {number(step_ms, 9)} "
                          f"{first['first_step_ms'] or 0:14.1f} "
-                         f"{'' if first['compile_s'] is None else format(first['compile_s'], '.1f'):>10s}")
+                         f"{'' if first['compile_s'] is None else format(first['compile_s'], '.1f'):>10s}  "
+                         f"{outputs or 'the reference (fp32 eager NCHW): not checked'}")
         if self.samples_per_s_a:
-            lines.append(f"{'round':>5s} {'order':>5s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}")
+            lines.append(f"{'round':>5s} {'order':>5s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}  "
+                         f"disturbed by")
             for i, (order, a, b) in enumerate(zip(self.order, self.samples_per_s_a, self.samples_per_s_b)):
-                flag = "  noise flags" if i in self.noisy_rounds else ""
-                lines.append(f"{i:5d} {order:>5s} {a:12.4g} {b:12.4g} {b / a:7.3f}{flag}")
-        if self.noisy_rounds:
-            lines.append(f"{len(self.noisy_rounds)} of {len(self.order)} rounds carry noise flags (other processes "
-                         "on the device, high step-time CV): see the rows' noise_flags")
+                flags = self.disturbed[i] if i < len(self.disturbed) else ""
+                lines.append(f"{i + 1:5d} {order:>5s} {a:12.4g} {b:12.4g} {b / a:7.3f}  "
+                             f"{f'{flags}: left out' if flags else '-'}".rstrip())
         if self.verdict and self.ci_low is not None:
             lines.append(f"B/A throughput = {self.ratio:.3f} ({CONFIDENCE:.0%} CI {self.ci_low:.3f} to "
-                         f"{self.ci_high:.3f}, {self.rounds} rounds): {self.verdict.upper()} - {self.reason}")
+                         f"{self.ci_high:.3f}, {len(judged)} rounds): {self.verdict.upper()} - {self.reason}")
         elif self.verdict:
             lines.append(f"B/A throughput: {self.verdict.upper()} - {self.reason}")
         else:
             lines.append(f"no verdict: {self.reason}")
         return "\n".join(lines)
+
+
+def number(value: float | None, width: int) -> str:
+    return f"{value:{width}.4g}" if value is not None and value == value else f"{'-':>{width}s}"
 
 
 def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: float = 0.02,
@@ -88,7 +114,10 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
     """Build A and B once each, then alternate their timed windows: AB, BA, AB, ...
 
     Each round is one window (cfg.steps / cfg.min_seconds) per variant; the order flips every
-    round so drift and "who runs second" cancel. Ratio = B/A samples/s, paired per round.
+    round so drift and "who runs second" cancel. Ratio = B/A samples/s, paired per round; rounds
+    with a disturbing flag on either side are left out (too few left: 'disturbed: re-measure'). A
+    variant whose outputs are outside its precision's tolerance of fp32 eager (checked once, as it
+    is built) makes the verdict 'wrong results', with no speed verdict.
     """
     import torch
     rounds = check_int("rounds", rounds, 2)
@@ -102,6 +131,8 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
             raise ConfigError("nproc_per_node", "compare runs both variants in one process; use nproc_per_node 1")
         if cfg.profile:
             raise ConfigError("profile", "compare does not profile (profile with `bench run --profile`)")
+    # Each variant's windows are its repeats: its rows and progress count `rounds` of them.
+    cfg_a, cfg_b = cfg_a.replace(repeats=rounds), cfg_b.replace(repeats=rounds)
     say = progress or (lambda msg: None)
     result = Comparison(labels[0], labels[1], cfg_a.to_dict(), cfg_b.to_dict(), rounds, tolerance)
     if cfg_a.compile != "off" or cfg_b.compile != "off":
@@ -113,7 +144,7 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
     held: dict[str, int | None] = {}  # what each variant keeps on its device between windows
     try:
         for name, session in sessions.items():
-            say(f"compare: building and warming up {name} ({labels['AB'.index(name)]})")
+            say(f"compare: building, checking and warming up {name} ({labels['AB'.index(name)]})")
             before = _allocated_now(session.cfg)
             if not session.open():
                 rows[name].append(session.failure)
@@ -121,6 +152,7 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
                 return result
             now = session.backend.allocated_bytes()
             held[name] = None if now is None else max(now - (before or 0), 0)
+        result.outputs_a, result.outputs_b = (deviation_text(sessions[n].run) for n in "AB")
         one_device = sessions["A"].backend.device == sessions["B"].backend.device
         for round_index in range(rounds):
             order = "AB" if round_index % 2 == 0 else "BA"
@@ -130,22 +162,40 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
                 own_memory(row, held["B" if name == "A" else "A"], one_device)
                 rows[name].append(row)
                 if row["status"] != "ok":
-                    result.reason = f"{name} failed in round {round_index}: {row['status']}: {row['message']}"
+                    result.reason = f"{name} failed in round {round_index + 1}: {row['status']}: {row['message']}"
                     return result
             a, b = result.rows_a[-1]["samples_per_s"], result.rows_b[-1]["samples_per_s"]
-            if result.rows_a[-1].get("noise_flags") or result.rows_b[-1].get("noise_flags"):
-                result.noisy_rounds.append(round_index)
+            flags = ", ".join(dict.fromkeys(f for r in (result.rows_a[-1], result.rows_b[-1])
+                                            for f in disturbances(r.get("noise_flags")).split(", ") if f))
+            result.disturbed.append(flags)
             result.samples_per_s_a.append(a)
             result.samples_per_s_b.append(b)
-            say(f"compare: round {round_index + 1}/{rounds} ({order}): A {a:.4g}, B {b:.4g} samples/s, B/A {b / a:.3f}")
+            say(f"compare: round {round_index + 1}/{rounds} ({order}): A {a:.4g}, B {b:.4g} samples/s, B/A {b / a:.3f}"
+                + (f" [disturbed: {flags}]" if flags else ""))
     finally:
         for session in sessions.values():
             session.close()
         torch.set_num_threads(default_threads)
-    estimate = compare_paired(result.samples_per_s_a, result.samples_per_s_b, min_effect=tolerance)
+    judge(result)
+    return result
+
+
+def judge(result: Comparison) -> None:
+    """In place: the verdict, and the means the variant table shows, from one computation: the
+    judged rounds' geometric means, whose ratio is the verdict's B/A."""
+    judged = result.judged
+    result.mean_a = geometric_mean([result.samples_per_s_a[i] for i in judged]) if judged else None
+    result.mean_b = geometric_mean([result.samples_per_s_b[i] for i in judged]) if judged else None
+    wrong = [f"{name} ({label}): {text}" for name, label, rows, text in
+             (("A", result.label_a, result.rows_a, result.outputs_a), ("B", result.label_b, result.rows_b, result.outputs_b))
+             if rows and is_wrong(rows[0])]
+    if wrong:  # no speed verdict: a variant that computes something else is not faster
+        result.verdict, result.reason = WRONG_RESULTS, "; ".join(wrong)
+        return
+    estimate = compare_paired(result.samples_per_s_a, result.samples_per_s_b, disturbed=result.disturbed,
+                              min_effect=result.tolerance)
     result.ratio, result.ci_low, result.ci_high = estimate.ratio, estimate.low, estimate.high
     result.verdict, result.reason = estimate.verdict, estimate.reason
-    return result
 
 
 def own_memory(row: dict, other_held: int | None, one_device: bool) -> None:

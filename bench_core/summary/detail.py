@@ -6,6 +6,7 @@ import pandas as pd
 
 from bench_core.measure import noise
 from bench_core.results.comparison import METHOD_TEXT
+from bench_core.results.fidelity import METHOD_TEXT as FIDELITY_TEXT
 from bench_core.summary.html import (
     columns_for,
     datatable_html,
@@ -261,6 +262,7 @@ def show_method_settings(res: Results) -> None:
                        "timed_steps": "timed steps that ran", "repeats": "repeats"})
     paragraph("Comparisons (machines, precisions, compile and channels_last, device counts, published "
               "figures): " + METHOD_TEXT)
+    paragraph(FIDELITY_TEXT)
     paragraph("Noise flags: a row is flagged, never dropped, when one of these holds. Each flag in the "
               "Efficiency section carries the measured value beside its threshold.")
     show_table(pd.DataFrame(noise.noise_rules()), {"flag": "flag", "threshold": "threshold", "why": "why"})

@@ -1,7 +1,7 @@
 """Two result directories compared configuration by configuration (`bench diff OLD NEW`): each
 configuration's old and new throughput, their ratio with its interval and verdict, what was
 added, removed or fails now, and what changed in the environment between the two. Repeats flagged
-as disturbed (measure.noise) are left out; a configuration left with too few is 'disturbed:
+as disturbed (results.disturbed) are left out; a configuration left with too few is 'disturbed:
 re-measure', never faster or slower, and each judged one says the smallest slowdown it could see.
 
 A configuration is the workload as asked for (model, mode, precision, batch size, every field that
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_core.errors import ConfigError
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import (
     CONFIDENCE,
     DISTURBED,

@@ -9,19 +9,24 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import DISTURBED, compare_rows
+from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
 from bench_core.summary.load import WORKLOAD, Results
 
 COMPARED = ["baseline_median", "median", "ratio", "low", "high", "verdict", "reason", "n_baseline", "n_candidate",
-            "text", "unit"]
+            "text", "unit", "outputs"]
+# Settings that change the numerics: their variants carry an output check against fp32 eager NCHW
+# (results.fidelity), shown beside the speed-up; a variant outside its tolerance gets no speed verdict.
+NUMERICS = ("precision", "compile", "channels_last")
 # Columns whose values are measured in separate processes: two machines, or a run on N devices
 # (torchrun workers) against one. The precisions, compile modes and layouts of one model share a
 # sweep's execution (one process), so a run's shift is common to both sides and cancels.
 SEPARATE_PROCESSES = ("machine", "world_size")
 # The verdicts as a summary counts them, in the order it says them.
 COUNTED = {"faster": "faster in", "slower": "slower in", "no clear difference": "no clear difference in",
-           "too few repeats": "too few repeats for an interval in", DISTURBED: "disturbed (re-measure) in"}
+           "too few repeats": "too few repeats for an interval in", DISTURBED: "disturbed (re-measure) in",
+           WRONG_RESULTS: "wrong results (no speed verdict) in"}
 
 
 def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] | None = None,
@@ -30,7 +35,10 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
     (everything in `keys` the same): that value against the baseline, from their repeats.
 
     One row per (keys, other value): the medians of both sides and the comparison's ratio, low,
-    high, verdict, reason, repeat counts and text ("1.84x [1.79-1.90] faster"). Workloads without
+    high, verdict, reason, repeat counts and text ("1.84x [1.79-1.90] faster"); where `column` changes
+    the numerics (NUMERICS), `outputs` says how far the variant's outputs are from fp32 eager NCHW and
+    the text adds it ("...; outputs within 0.79 % of fp32 eager NCHW"), and a side with wrong results
+    gets verdict 'wrong results' and no ratio (no speed verdict). Workloads without
     the baseline value, or with only it, give no row. Where `column` is measured in separate
     processes (SEPARATE_PROCESSES) and a side has one run, the interval adds the stated run shift;
     otherwise the shift is common to both sides and cancels (compare_rows).
@@ -50,9 +58,18 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
             # runs are the samples where both sides have 2 or more, else the repeats (see compare_rows)
             found = compare_rows(base, candidate, value=value, separate_runs=column in SEPARATE_PROCESSES)
             c, unit = found.comparison, found.unit
+            ratio, low, high, verdict, text = c.ratio, c.low, c.high, c.verdict, c.text()
+            outputs = deviation_text(candidate.iloc[0].to_dict()) if column in NUMERICS else ""
+            wrong = [side for side, rows in (("baseline", base), ("variant", candidate))
+                     if column in NUMERICS and is_wrong(rows.iloc[0].to_dict())]
+            if wrong:  # faster only when still correct: no speed verdict
+                ratio = low = high = None
+                verdict, text = WRONG_RESULTS, f"{WRONG_RESULTS} ({' and '.join(wrong)}): no speed verdict"
+            elif outputs:
+                text = f"{text}; {outputs}"
             out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base[value].median()),
-                        float(candidate[value].median()), c.ratio, c.low, c.high, c.verdict, c.reason,
-                        c.n_baseline, c.n_candidate, c.text(), unit])
+                        float(candidate[value].median()), ratio, low, high, verdict, c.reason,
+                        c.n_baseline, c.n_candidate, text, unit, outputs])
     table = pd.DataFrame(out, columns=columns)
     for name in ("ratio", "low", "high"):
         table[name] = pd.to_numeric(table[name], errors="coerce")

@@ -1,0 +1,38 @@
+"""Which rows were disturbed, not merely imprecise: the flag names that say so, read off a row's
+noise_flags, and the one line every place that shows figures says about them. Plain Python, no
+torch and no pandas (summary.csv and the terminal read it).
+
+measure/noise.py decides the flags; this is how they are read wherever a figure is shown or judged.
+"""
+from __future__ import annotations
+
+# Flags that say a measurement was disturbed, not merely imprecise: something else ran on the CPU or
+# the device, the device slowed itself, or the repeats disagreed beyond noise.REPEAT_CV_THRESHOLD. A
+# comparison (bench diff, bench compare, the report) leaves such repeats out and, with too few left,
+# says "disturbed: re-measure" instead of faster or slower. noisy-window and short-window are
+# imprecision that the spread of the repeats already carries; mfu-above-1 concerns the peak, not the timing.
+DISTURBING_FLAGS = ("other-processes-on-cpu", "other-processes-on-device", "throttle", "clock-drop",
+                    "unstable-repeats")
+RE_MEASURE = "re-measure on a quiet machine"
+
+
+def disturbances(flags) -> str:
+    """The disturbing flags' names in a row's noise_flags ('other-processes-on-cpu(0.94 cores);noisy-window(..)'
+    -> 'other-processes-on-cpu'), comma separated, each once; '' when none (NaN and None too)."""
+    if not isinstance(flags, str):
+        return ""
+    names = [part.split("(")[0].strip() for part in flags.split(";")]
+    return ", ".join(dict.fromkeys(n for n in names if n in DISTURBING_FLAGS))
+
+
+def disturbed_rows(rows: list[dict]) -> tuple[int, str]:
+    """(how many of the ok rows are disturbed, their flag names comma separated, each once)."""
+    found = [disturbances(r.get("noise_flags")) for r in rows if r.get("status") == "ok"]
+    hit = [f for f in found if f]
+    return len(hit), ", ".join(dict.fromkeys(n for f in hit for n in f.split(", ")))
+
+
+def disturbed_note(rows: list[dict]) -> str:
+    """'2 disturbed (other-processes-on-cpu): re-measure on a quiet machine', or '' when none is."""
+    count, flags = disturbed_rows(rows)
+    return f"{count} disturbed ({flags}): {RE_MEASURE}" if count else ""

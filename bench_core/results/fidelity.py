@@ -1,0 +1,127 @@
+"""Faster only when still correct: how far a variant's outputs may stray from its reference, and
+the verdict on a row that strays further. Plain data and arithmetic, no torch (the check itself,
+which builds and runs both models, is run/reference.py).
+
+A variant (a precision other than fp32, torch.compile, channels_last) is run once more, outside
+the timed window, beside its reference: the same configuration in strict fp32, eager, NCHW, built
+from the same seed (the same weights) on the same synthetic batch. Two numbers compare them, as
+TorchBench's accuracy check does for a compiled model against eager:
+
+- cosine similarity of the outputs, all floating-point outputs of one forward pass (in eval
+  mode) flattened into one vector (float64): whether they point the same way, whatever their scale;
+- relative error ||variant - reference|| / ||reference|| (L2 over the same vector): how far off
+  they are, scale included (a model that halves every logit keeps a cosine of 1).
+
+In training, the loss of the first training step (from the same weights) is compared as well. The
+forward pass is compared in eval mode: a training-mode forward normalises over the batch, and at
+a small batch (BatchNorm over 2 values at 1x1) that turns rounding into any difference at all
+(amp-bf16 resnet18 at batch 2: 56 % in train mode, 0.8 % in eval mode). Later steps are not
+compared: AMP's GradScaler rightly skips updates that overflow while it calibrates its scale.
+
+Tolerances follow the precision's unit roundoff u (the spacing of its numbers just above 1) and
+what normal rounding does to a deep network's outputs. Rounding errors of many operations add
+like a random walk, so a forward pass strays from fp32 by some multiple of u that grows with
+depth; TorchBench accepts a compiled model at cosine >= 0.99 (its --cosine check) and at a few
+times the roundoff in relative error. Each limit below is about 10-20x what a faithful variant
+showed on the project's tiny models (resnet18, mobilenet_v3_large,
+llama-tiny on a CPU: amp-bf16 and bf16 0.6-1.3 %, fp16 0.1 %; compile and channels_last 1e-6), and far below what a broken one shows (an overflow, a
+wrong kernel: errors of 30 % to 100 %+, or a non-finite output):
+
+- fp32 with compile or channels_last (u = 6e-8): only the order of additions changes, and
+  oneDNN/cuDNN pick other algorithms (Winograd, split-K): relative error <= 1e-3, cosine >= 0.99999.
+- tf32 (10-bit mantissa, u = 4.9e-4 in matmuls and convolutions): <= 1e-2, cosine >= 0.9999.
+- float16 and amp-fp16 (u = 4.9e-4, but a range that ends at 65504): <= 5e-2, cosine >= 0.999.
+- bfloat16 and amp-bf16 (8-bit mantissa, u = 3.9e-3): <= 1e-1, cosine >= 0.99 (TorchBench's cut).
+
+A pure cast (fp16, bf16: weights too) gets the same limits as autocast of its type: the limits
+are loose enough for it on the tiny models, and an overflow is orders of magnitude beyond them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+REFERENCE = "fp32 eager NCHW"      # what every variant is checked against
+WITHIN = "within tolerance"
+WRONG_RESULTS = "wrong results"
+NOT_CHECKED = "not checked"        # followed by ': why'
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    kind: str                  # float32, tf32, float16, bfloat16
+    max_rel_error: float
+    min_cosine: float
+
+    def text(self) -> str:
+        return f"{self.kind}: cosine >= {self.min_cosine:g}, relative error <= {self.max_rel_error:.1%}"
+
+
+TOLERANCES = {
+    "float32": Tolerance("float32", 1e-3, 0.99999),
+    "tf32": Tolerance("tf32", 1e-2, 0.9999),
+    "float16": Tolerance("float16", 5e-2, 0.999),
+    "bfloat16": Tolerance("bfloat16", 1e-1, 0.99),
+}
+
+# The precision's numbers (results never import the torch side): precision -> tolerance kind.
+PRECISION_KIND = {"fp32": "float32", "tf32": "tf32", "fp16": "float16", "amp-fp16": "float16",
+                  "bf16": "bfloat16", "amp-bf16": "bfloat16"}
+
+
+def tolerance_for(precision: str) -> Tolerance:
+    return TOLERANCES[PRECISION_KIND.get(precision, "bfloat16")]
+
+
+def judge(precision: str, cosine: float, rel_error: float, loss_rel_error: float | None) -> str:
+    """WITHIN or WRONG_RESULTS: every number within the precision's tolerance (a NaN is outside)."""
+    tol = tolerance_for(precision)
+    fine = (cosine >= tol.min_cosine and rel_error <= tol.max_rel_error
+            and (loss_rel_error is None or loss_rel_error <= tol.max_rel_error))
+    return WITHIN if fine else WRONG_RESULTS
+
+
+def is_wrong(row: dict) -> bool:
+    return row.get("output_check") == WRONG_RESULTS
+
+
+def deviation_text(row: dict) -> str:
+    """'outputs within 0.3 % of fp32 eager NCHW', 'WRONG RESULTS: outputs 45 % off fp32 eager NCHW
+    (cosine 0.71; float16: cosine >= 0.999, relative error <= 5.0 %)', 'outputs not checked: why';
+    '' for the reference itself (no check) or a row from before the check existed."""
+    check = row.get("output_check")
+    if not isinstance(check, str) or not check:
+        return ""
+    if check.startswith(NOT_CHECKED):
+        return "outputs " + check
+    error, cosine = row.get("output_rel_error"), row.get("output_cosine")
+    loss = row.get("loss_rel_error")
+    worst = max([e for e in (error, loss) if isinstance(e, (int, float))], default=math.nan)
+    reference = row.get("output_reference") or REFERENCE
+    if check == WITHIN:
+        return f"outputs within {percent(worst)} of {reference}"
+    loss_part = f", loss {percent(loss)} off" if isinstance(loss, (int, float)) and not math.isnan(loss) else ""
+    return (f"WRONG RESULTS: outputs {percent(error)} off {reference} (cosine {cosine:.4g}{loss_part}; "
+            f"tolerance {row.get('output_tolerance') or tolerance_for(str(row.get('precision'))).text()})")
+
+
+def percent(value) -> str:
+    """0.0031 -> '0.31 %', 0.45 -> '45 %'; NaN or infinite -> 'non-finite'."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "a non-finite amount"
+    share = value * 100
+    return f"{share:.2g} %" if share < 10 else f"{share:.0f} %"
+
+
+METHOD_TEXT = (
+    "Faster only when still correct: every variant (a precision other than fp32, torch.compile, "
+    f"channels_last) is run once more, outside the timed window, beside its reference ({REFERENCE}: "
+    "the same configuration built from the same seed, so the same weights, on the same synthetic "
+    "batch). Their forward outputs are compared by cosine similarity (as TorchBench checks a compiled "
+    "model against eager) and relative L2 error, in eval mode, and in training also the loss of the "
+    "first step. Tolerances, from each precision's rounding: "
+    + "; ".join(t.text() for t in TOLERANCES.values()) +
+    ". A variant outside its tolerance is 'wrong results' and gets no speed verdict (bench compare "
+    "exits 1); its rows keep the deviation (output_check, output_cosine, output_rel_error, "
+    "loss_rel_error). Multi-process runs and generate mode are not checked."
+)
