@@ -59,6 +59,14 @@ class HungryCNN(TinyCNN):
         return super().forward(x)
 
 
+class BrokenCNN(TinyCNN):
+    """Fails at every batch size with an error that is not out of memory (a bug in the model)."""
+
+    def forward(self, x):
+        raise RuntimeError("this model cannot run: a shape bug in its forward")
+
+
+register_model(ModelSpec("test_broken_cnn", "classification", lambda cfg: BrokenCNN(), default_size=(32, 32, None)))
 register_model(ModelSpec("test_hungry_cnn", "classification", lambda cfg: HungryCNN(), default_size=(32, 32, None)))
 register_model(ModelSpec("test_tiny_cnn", "classification", lambda cfg: TinyCNN(), default_size=(32, 32, None)))
 register_model(ModelSpec("test_restless_cnn", "classification", lambda cfg: RestlessCNN(),
@@ -176,11 +184,20 @@ def test_find_batch_cli_stops_at_the_cap_and_records_the_search(isolate, tmp_pat
 
 
 def test_find_batch_stops_on_an_error_that_is_not_out_of_memory():
-    # BatchNorm cannot train on one value per channel (resnet18 at 32 px, batch 1): a real error.
-    search = find_max_batch(BenchConfig(model="resnet18", width=32, height=32, device="cpu"), max_batch_size=8)
+    search = find_max_batch(BenchConfig(model="test_broken_cnn", width=32, height=32, device="cpu"), max_batch_size=8)
     assert search.stopped == "error" and search.batch_size is None
-    assert "Expected more than 1 value per channel" in search.message
+    assert "this model cannot run" in search.message
     assert [p.batch_size for p in search.probes] == [1]
+
+
+def test_find_batch_grows_past_a_batch_too_small_for_batchnorm_to_train(capsys):
+    """resnet18 at 32 px ends in 1x1 maps: at batch 1 BatchNorm has one value per channel and torch
+    refuses to train. That size is too small, not the edge: the search grows past it."""
+    code = bench(["find-batch", "--model", "resnet18", "--width", "32", "--height", "32", "--device", "cpu",
+                  "--max-batch-size", "2", "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and printed["stopped"] == "max" and printed["batch_size"] == 2
+    assert [(p["batch_size"], p["status"]) for p in printed["probes"]] == [(1, "too-small"), (2, "ok")]
 
 
 def test_batch_size_max_is_an_explicit_search_and_rows_keep_requested_and_actual():
@@ -192,7 +209,7 @@ def test_batch_size_max_is_an_explicit_search_and_rows_keep_requested_and_actual
     assert {r["config_hash"] for r in rows} == {cfg.replace(batch_size="max").config_hash()}
     assert rows[0]["batch_search"] == "batch search: 4 ran, reached the cap max_batch_size 4 (probes: 1 ok, 2 ok, 4 ok)"
     # Nothing fits (here: an error at batch 1): one failure row, no run.
-    _, rows = run_at_max_batch(BenchConfig(model="resnet18", width=32, height=32, device="cpu"), max_batch_size=4)
+    _, rows = run_at_max_batch(BenchConfig(model="test_broken_cnn", width=32, height=32, device="cpu"), max_batch_size=4)
     assert [(r["status"], r["batch_size_requested"], r["batch_size_actual"]) for r in rows] == [("error", "max", None)]
     assert rows[0]["message"].startswith("batch search stopped by an error")
 

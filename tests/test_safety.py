@@ -209,6 +209,68 @@ def test_sigterm_to_a_sweep_exits_143_and_stops_its_kernel(tmp_path):
     assert left == [], [p.cmdline() for p in left]  # the papermill child and its kernel are gone
 
 
+def busy_for(proc: subprocess.Popen, cpu_s: float) -> None:
+    """Wait until `proc` has spent `cpu_s` more CPU seconds (threads included): well inside its work."""
+    watched = psutil.Process(proc.pid)
+    start = sum(watched.cpu_times()[:2])
+    while sum(watched.cpu_times()[:2]) - start < cpu_s:
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        time.sleep(0.1)
+
+
+# One attention call over a 131,072-token sequence on one thread: minutes inside a single torch op,
+# where Python runs no signal handler, in a few tens of MB.
+STUCK_IN_ONE_OP = """
+import sys, torch
+from bench_core.errors import sigterm_as_interrupt, when_stuck
+torch.set_num_threads(1)
+q = torch.randn(1, 1, 131072, 64)
+def record(exc):
+    open(sys.argv[1], "w").write(type(exc).__name__)
+with sigterm_as_interrupt(), when_stuck(record):
+    print("inside", file=sys.stderr, flush=True)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    print("the op returned", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig, code, exc", [(signal.SIGTERM, 143, "Terminated"), (signal.SIGINT, 130, "KeyboardInterrupt")])
+def test_a_signal_stops_a_process_stuck_in_one_long_torch_op_and_its_clean_up_runs(tmp_path, sig, code, exc):
+    """The watchdog acts for a main thread that cannot take the signal: the block's when_stuck
+    clean-up runs (in bench run: the rows recorded), then the process ends with 128 + signal."""
+    record = tmp_path / "record"
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_IN_ONE_OP, str(record)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_line(proc, "inside")
+        busy_for(proc, 1.0)  # in the attention call
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)  # the op alone runs for minutes
+    finally:
+        proc.kill()
+    assert proc.returncode == code, stderr[-2000:]
+    assert "inside a long operation: stopping without waiting" in stderr and "the op returned" not in stderr
+    assert record.read_text() == exc
+
+
+def test_sigterm_in_a_long_warm_up_step_ends_the_run_at_once_with_its_row_after_a_warning(tmp_path):
+    """llama-tiny at a 131,000-token prompt: its position limit allows it, a step takes many
+    minutes. The run says so before its first step, and SIGTERM inside that step ends it with 143
+    and the interrupted row recorded (it used to wait for the step: over a minute at 65,536)."""
+    out = tmp_path / "out"
+    with started("run", "--model", "llama-tiny", "--mode", "generate", "--prompt-len", "131000", "--new-tokens", "2",
+                 "--batch-size", "1", "--device", "cpu", "--out", str(out)) as proc:
+        before = wait_for_line(proc, ": warm-up")
+        busy_for(proc, 2.0)
+        stdout, stderr = terminate(proc)  # communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    (warning,) = [line for line in before if "warning:" in line]
+    assert "the warm-up alone (6 steps) will take at least" in warning and "FLOPs at the device's peak" in warning
+    assert stderr.strip().splitlines()[-1].startswith("bench run: interrupted (SIGTERM); 0 of 3 repeats")
+    (row,) = results.iter_rows(out)
+    assert row["status"] == "interrupted" and "SIGTERM" in row["message"]
+
+
 def _left_behind(folder: Path, timeout_s: float = 15) -> list[psutil.Process]:
     """What still runs for `folder` once the processes have had `timeout_s` to go."""
     deadline = time.monotonic() + timeout_s

@@ -19,6 +19,7 @@ from bench_core.config.schema import BenchConfig, load_yaml_mapping
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
+from bench_core.run.estimate import LongStepWarning
 from bench_core.workload.precision import EmulatedPrecisionWarning
 
 
@@ -286,10 +287,11 @@ def aligned_width(text: dict[str, list[str]]) -> int:
 
 
 def one_line_warnings(command: str, default):
-    """Our own warnings (an emulated precision) as one line on stderr, like the errors."""
+    """Our own warnings (an emulated precision, a warm-up far beyond a run's budget) as one line on
+    stderr, like the errors."""
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, EmulatedPrecisionWarning):
+        if issubclass(category, (EmulatedPrecisionWarning, LongStepWarning)):
             print(paint(f"bench {command}: warning: {message}", "yellow", sys.stderr), file=sys.stderr, flush=True)
         else:
             default(message, category, filename, lineno, file, line)

@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 --batch-margin 0 gives the exact edge. Each probe is a real run of 3 steps (train: forward,
 backward, optimizer step; with --compile, 3 warm-up steps before the timed one); --steps/--repeats/
 --min-seconds do not apply.
-Any failure other than out-of-memory stops the search.
+Any failure other than out-of-memory stops the search, except a batch too small to train (BatchNorm
+needs more than one value per channel): it is marked too-small and the search grows past it.
 examples:
   bench find-batch --model resnet50 --mode train --precision amp-bf16 --device cuda
   bench find-batch --model resnet18 --width 64 --height 64 --device cpu --max-batch-size 512 --out outputs/capacity

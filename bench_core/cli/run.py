@@ -25,6 +25,7 @@ from bench_core.errors import (
     interrupted_by,
     interrupted_exit,
     interrupts_held,
+    when_stuck,
 )
 from bench_core.files import check_writable, save_fallback
 from bench_core.launch.dispatch import run_benchmark
@@ -54,18 +55,11 @@ def main(args: argparse.Namespace) -> int:
     if cfg.profile and args.out:  # profiles next to the rows
         os.environ.setdefault("BENCH_PROFILE_DIR", str(Path(args.out) / "profiles"))
     try:
-        rows = run_benchmark(cfg, progress=progress_printer(args))
+        # Stuck in one long op, the main thread never reaches the except clause: the watchdog runs it.
+        with when_stuck(lambda exc: _interrupted(args, cfg, exc)):
+            rows = run_benchmark(cfg, progress=progress_printer(args))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the repeats that finished
-        rows = getattr(exc, "rows", None) or [failure_row(
-            {**run_fields(cfg), **environment.collect()}, "interrupted",
-            f"stopped by {interrupted_by(exc)} before a repeat finished")]
-        with interrupts_held():
-            saved = _record(args, rows)
-        _show(args, rows, saved)
-        done = sum(r["status"] == "ok" for r in rows)
-        print(f"bench run: interrupted ({interrupted_by(exc)}); {done} of {cfg.repeats} repeats finished"
-              + (f"; rows in {Path(args.out) / 'results.csv'}" if args.out else ""), file=sys.stderr)
-        return interrupted_exit(exc)
+        return _interrupted(args, cfg, exc)
     if not rows:  # a node other than node 0 of a multi-node run: node 0 returns and writes the rows
         print(f"node {cfg.node_rank}: done; node 0 reports the combined result", file=sys.stderr)
         return EXIT_OK
@@ -73,6 +67,19 @@ def main(args: argparse.Namespace) -> int:
     _show(args, rows, saved)
     ok = all(r["status"] == "ok" for r in rows) and saved
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _interrupted(args: argparse.Namespace, cfg, exc: KeyboardInterrupt) -> int:
+    rows = getattr(exc, "rows", None) or [failure_row(
+        {**run_fields(cfg), **environment.collect()}, "interrupted",
+        f"stopped by {interrupted_by(exc)} before a repeat finished")]
+    with interrupts_held():
+        saved = _record(args, rows)
+    _show(args, rows, saved)
+    done = sum(r["status"] == "ok" for r in rows)
+    print(f"bench run: interrupted ({interrupted_by(exc)}); {done} of {cfg.repeats} repeats finished"
+          + (f"; rows in {Path(args.out) / 'results.csv'}" if args.out else ""), file=sys.stderr)
+    return interrupted_exit(exc)
 
 
 def _record(args: argparse.Namespace, rows: list[dict]) -> bool:

@@ -33,12 +33,17 @@ PROBE_SETTINGS = {"steps": 1, "warmup_steps": 1, "repeats": 1, "min_seconds": 0.
 
 
 RAN = ("ok", "nan")  # a NaN loss still ran: it is a numerics problem, not a capacity one
+# A batch too small for the model to train: BatchNorm needs more than one value per channel (a
+# resnet at 32 px has 1x1 maps at its end, so batch 1 gives one). torch says so in this error; the
+# search then grows the batch, as if it had run, until one runs: a size that small is not the edge.
+TOO_SMALL = "too-small"
+TOO_SMALL_MESSAGE = "Expected more than 1 value per channel when training"
 
 
 @dataclass
 class BatchProbe:
     batch_size: int
-    status: str                    # ok | nan | oom | error | unsupported (the runner's statuses)
+    status: str                    # ok | nan | oom | error | unsupported (the runner's statuses), or too-small
     message: str | None
     step_time_ms: float | None     # the probe's one timed step (a hint, not a measurement)
     probe_s: float                 # wall seconds of the probe, build included
@@ -78,7 +83,8 @@ class BatchSearch:
         if self.stopped == "error":
             return f"batch search stopped by an error after {len(self.probes)} probes ({trail}): {self.message}"
         if self.stopped == "none-fit":
-            return f"batch search: even batch 1 ran out of memory ({self.message})"
+            smallest = next(p.batch_size for p in self.probes if p.status == "oom")
+            return f"batch search: even batch {smallest} ran out of memory ({self.message})"
         edge = (f"{self.first_failed} ran out of memory" if self.first_failed
                 else f"reached the cap max_batch_size {self.max_batch_size}")
         margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok else ""
@@ -136,13 +142,19 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
                          isolated=isolate)
     device = resolve_device(cfg.device)
 
-    def ran(batch: int, purpose: str = "search") -> bool:
+    def ran(batch: int, purpose: str = "search") -> bool | None:
+        """True: it ran; False: out of memory; None: too small to train (grow past it)."""
         probe = _probe(cfg, batch, purpose, isolate)
         search.probes.append(probe)
+        if probe.status == "error" and TOO_SMALL_MESSAGE in (probe.message or "") and \
+                not any(p.status in RAN for p in search.probes):
+            probe.status = TOO_SMALL
         say(f"find-batch: batch {batch}{' (health check)' if purpose != 'search' else ''}: {probe.status}"
             + (f" ({probe.message})" if probe.message else ""))
         if probe.status in RAN:
             return True
+        if probe.status == TOO_SMALL:
+            return None
         if probe.status != "oom":
             raise _SearchError(probe.message or probe.status)
         if purpose == "search" and probe.dirty and not isolate and any(p.status in RAN for p in search.probes):
@@ -161,11 +173,15 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         try:
             batch = start_batch_size
             while True:  # grow
-                if not ran(batch):
+                outcome = ran(batch)
+                if outcome is False:
                     first_bad = batch
                     break
-                last_ok = batch
+                last_ok = batch if outcome else last_ok
                 if batch >= max_batch_size:
+                    if not last_ok:
+                        raise _SearchError(f"every batch up to max_batch_size {max_batch_size} is too small for "
+                                           f"{cfg.model} to train: {search.probes[-1].message}")
                     break
                 batch = min(batch * 2, max_batch_size)
             # bisect, until the bracket is finer than half the margin (exact with batch_margin 0)
@@ -185,7 +201,7 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         return search
     if not last_ok:
         search.stopped = "none-fit"
-        search.message = next(p.message for p in search.probes if p.batch_size == 1)
+        search.message = next(p.message for p in search.probes if p.status == "oom")
         return search
     search.stopped = "bracketed" if first_bad else "max"
     search.batch_size = max(1, math.floor(last_ok * (1.0 - cfg.batch_margin))) if first_bad else last_ok

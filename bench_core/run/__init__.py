@@ -1,1 +1,2 @@
-"""One configuration in this process: the session, its timed window, profiling, the DDP worker side."""
+"""One configuration in this process: the session, its timed window, the warm-up's estimate, profiling, the DDP
+worker side."""

@@ -16,10 +16,10 @@ import torch
 from bench_core.capability import EMULATED, UNSUPPORTED, Support, emulated_warning
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
-from bench_core.errors import ConfigError, interrupted_by
+from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import ddp, profiling, reference
+from bench_core.run import ddp, estimate, profiling, reference
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -72,25 +72,20 @@ def _run_here(cfg: BenchConfig, progress: Progress | None) -> list[dict]:
         torch._dynamo.reset()
     session = Session(cfg, progress)
     try:
-        if not session.open():
-            return [session.failure]
-        for repeat in range(cfg.repeats):
-            session.window(repeat)
-            if session.failure:
+        with when_stuck(session.keep_finished):  # a stop inside one long op: the watchdog keeps them
+            if not session.open():
                 return [session.failure]
+            for repeat in range(cfg.repeats):
+                session.window(repeat)
+                if session.failure:
+                    return [session.failure]
         rows = session.rows
         noise.flag_unstable_repeats(rows)
         if cfg.profile:
             profiling.profile_after_window(session.step, session.backend, cfg, rows, rank=session.ctx.rank)
         return rows
     except KeyboardInterrupt as exc:
-        # Ctrl-C or SIGTERM: the repeats that finished are kept, the rest is one interrupted row;
-        # the caller (bench run, a notebook) finds them on the exception and records them.
-        rows = session.rows
-        stopped = failure_row(dict(session.run), "interrupted",
-                              f"stopped by {interrupted_by(exc)} after {len(rows)} of {cfg.repeats} repeats")
-        stopped["repeat"] = len(rows)
-        exc.rows = rows + [stopped]
+        session.keep_finished(exc)
         raise
     finally:
         session.close()
@@ -147,6 +142,14 @@ class Session:
         backend.bind()  # this process benchmarks: the only place a CUDA context is made
         return self._guarded(self._build) is not None
 
+    def keep_finished(self, exc: KeyboardInterrupt) -> None:
+        """Ctrl-C or SIGTERM: the repeats that finished are kept, the rest is one interrupted row;
+        the caller (bench run, a notebook) finds them on the exception and records them."""
+        stopped = failure_row(dict(self.run), "interrupted",
+                              f"stopped by {interrupted_by(exc)} after {len(self.rows)} of {self.cfg.repeats} repeats")
+        stopped["repeat"] = len(self.rows)
+        exc.rows = self.rows + [stopped]
+
     def window(self, repeat: int) -> dict:
         """One timed window -> one row (the failure row if it failed)."""
         return self._guarded(self._window, repeat) or self.failure
@@ -185,6 +188,9 @@ class Session:
         run.update(task=task.name, sample_unit=sample_unit, throughput_unit=throughput_unit, mfu_note=task.mfu_note,
                    **task.model_facts(model))
         formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
+        peak = flops.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads()) \
+            if formula else None
+        warned = estimate.check_formula(cfg, task, formula, peak)  # before any step
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
         if precision.cast_dtype:
             model = model.to(input_dtype)
@@ -204,6 +210,8 @@ class Session:
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up")
         backend.reset_peak_memory()
         first_s = time_one(self.step, backend)
+        if not warned:
+            estimate.check_first_step(cfg, task, first_s)
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
         counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
