@@ -81,6 +81,7 @@ from bench_core.summary.load import (  # noqa: F401 - re-exported
     dir_names,
     load_results,
     machine_label,
+    newest_result_dir,
     typed_rows,
 )
 from bench_core.summary.reference import (  # noqa: F401 - re-exported
