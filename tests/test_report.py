@@ -137,8 +137,10 @@ def test_report_of_real_rows_has_every_section_chart_and_no_code(one_machine):
 
     assert _stderr_and_errors(executed) == []
     assert "could not be drawn" not in html
-    # Charts: throughput, AMP speed-up, 2 batch-size curves, memory, step times; embedded, not linked.
-    assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', html)) >= 6
+    # Charts: throughput, AMP speed-up, batch-size curves, step times, MFU (no memory chart: on CPU the
+    # figure is the process's lifetime peak RSS, the same for every configuration); embedded, not linked.
+    assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', html)) >= 5
+    assert "No memory chart for CPU rows" in html
     assert not re.search(r'<img[^>]+src="(?!data:)', html)
     # No code, no prompts, no parameter cells; headings carry the ids the table of contents links to.
     assert "summary.load_results" not in html and "result_dirs: list" not in html
@@ -182,7 +184,7 @@ def test_report_opens_with_title_date_machines_and_what_was_measured(one_machine
     # ... and PNG + SVG in the executed notebook: an untrusted notebook in JupyterLab still shows the PNG.
     executed = nbformat.read(one_machine.with_name("summary.ipynb"), as_version=4)
     images = [o for c in executed.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) >= 6 and all("image/svg+xml" in o.data and o.data["text/plain"] for o in images)
+    assert len(images) >= 5 and all("image/svg+xml" in o.data and o.data["text/plain"] for o in images)
 
 
 def test_summary_notebook_is_committed_without_outputs():
@@ -190,7 +192,7 @@ def test_summary_notebook_is_committed_without_outputs():
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code)
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
-    assert len(params) == 1 and 'result_dirs: list = ["../outputs/lab"]' in params[0].source
+    assert len(params) == 1 and "result_dirs: list = []" in params[0].source  # newest_result_dir("../outputs")
     # The instructions are for JupyterLab users; the report drops them (their tag is hidden).
     assert nb.cells[0].cell_type == "markdown" and "bench report" in nb.cells[0].source
     assert "notebook-only" in nb.cells[0].metadata.get("tags", []) and "notebook-only" in HIDDEN_TAGS
@@ -200,6 +202,21 @@ def test_summary_notebook_is_committed_without_outputs():
         if cell is not params[0]:
             assert all(line.startswith(("summary.", "from bench_core", "results = summary.")) or not line.strip()
                        for line in cell.source.splitlines()), cell.source
+
+
+def test_the_summary_notebook_opens_the_result_directory_written_last(tmp_path):
+    """Issue 42: after `make report` (outputs/default) the notebook opened in JupyterLab shows that
+    report, not the empty outputs/lab; after notebooks/benchmark.ipynb, outputs/lab."""
+    outputs = tmp_path / "outputs"
+    assert summary.newest_result_dir(outputs) == [outputs / "default"]  # nothing yet: the report says so
+    for name, age_s in (("lab", 600), ("default", 60), ("not-results", 0)):
+        (outputs / name).mkdir(parents=True)
+        if name != "not-results":
+            (outputs / name / "results.csv").write_text("schema_version\n")
+            os.utime(outputs / name / "results.csv", (os.path.getmtime(outputs) - age_s,) * 2)
+    assert summary.newest_result_dir(outputs) == [outputs / "default"]
+    (outputs / "lab" / "results.csv").touch()
+    assert summary.newest_result_dir(outputs) == [outputs / "lab"]
 
 
 # -- several machines, failures, old schemas, empty input, hostile strings ----------------------------
@@ -328,6 +345,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     assert cli.main(["report", str(no_csv)]) == 2
     assert "no results.csv" in capsys.readouterr().err
     assert list(no_csv.iterdir()) == []
+
+
+def test_a_baseline_naming_no_machine_is_refused_with_the_machines_listed(dirs, tmp_path, capsys):
+    out = tmp_path / "report.html"
+    assert cli.main(["report", str(dirs["cpu"]), str(dirs["gpu"]), "--baseline", "no such box", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    machine = summary.load_results([dirs["cpu"]]).machines[0]
+    assert err.count("\n") == 1 and "--baseline" in err and "'no such box' names no machine" in err, err
+    assert repr(machine) in err and "Tesla V100-SXM2-16GB · gpu-node-1" in err and not out.exists()
 
 
 # -- the analysis functions, on the same rows ----------------------------------------------------------
@@ -477,7 +503,7 @@ def test_report_works_offline_in_a_real_browser_and_its_tables_sort(combined):
 
         # A click on a header sorts that table by the numbers' values, not their text.
         headline = page.locator("#Headline-results").locator("xpath=following::table[contains(@class,'dataTable')][1]")
-        column = [h.strip() for h in headline.locator("thead th").all_inner_texts()].index("throughput (median)") + 1
+        column = [h.strip() for h in headline.locator("thead th").all_inner_texts()].index("images/s (median)") + 1
         cells = headline.locator(f"tbody tr td:nth-child({column})")
         header = headline.locator(f"thead th:nth-child({column})")
         before = [_number(t) for t in cells.all_inner_texts()]
@@ -531,8 +557,8 @@ def test_report_reads_without_javascript(combined):
         headline = page.locator("#Headline-results").locator("xpath=following::table[not(@hidden)][1]")
         assert headline.is_visible()
         headers = [h.strip() for h in headline.locator("thead th").all_inner_texts()]
-        assert headers[:4] == ["machine", "model", "mode", "precision"] and "throughput (median)" in headers
-        cells = headline.locator(f"tbody tr td:nth-child({headers.index('throughput (median)') + 1})").all_inner_texts()
+        assert headers[:4] == ["machine", "model", "mode", "precision"] and "images/s (median)" in headers
+        cells = headline.locator(f"tbody tr td:nth-child({headers.index('images/s (median)') + 1})").all_inner_texts()
         assert cells and all(_number(c) > 0 for c in cells), cells
         assert page.locator("img:visible").count() >= 3  # the charts are images: they need no script
 
@@ -611,3 +637,15 @@ def test_report_text_reads_the_same_everywhere(dirs, tmp_path):
     results.write_run(tmp_path, "flagged", rows)
     flags = summary.noise_table(summary.load_results([tmp_path]))["noise_flags"]
     assert set(flags) == {"noisy-window(CV/sqrt(steps) 0.2 > 0.05); short-window(0.1 s < min_seconds 1)"}
+
+
+def test_the_method_section_lists_every_noise_flag_the_code_can_raise():
+    """The noise-flag table is noise_rules(): every flag written by bench_core/measure is in it."""
+    from bench_core.measure import noise
+    raised = set()
+    for path in (ROOT / "bench_core" / "measure").glob("*.py"):
+        raised |= set(re.findall(r"f?[\"']([a-z][a-z0-9]*(?:-[a-z0-9]+)*)\(", path.read_text()))
+    listed = {rule["flag"] for rule in noise.noise_rules()}
+    assert {"other-processes-on-cpu", "noisy-window", "throttle"} <= raised  # the scan finds them
+    assert raised <= listed, raised - listed
+    assert set(noise.DISTURBING_FLAGS) <= listed

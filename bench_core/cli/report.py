@@ -11,6 +11,7 @@ from bench_core.errors import ConfigError
 from bench_core.files import check_writable
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
+from bench_core.summary.tables import baseline_matches
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +36,8 @@ def main(args: argparse.Namespace) -> int:
     check_writable(out.parent)
     for d in dirs:
         refresh_from_runs(d)
+    if args.baseline:
+        check_baseline(args.baseline, load_results(dirs).machines)
     try:
         path = build_report(dirs, out, title=args.title, baseline=args.baseline)
     except ReportError as exc:
@@ -67,6 +70,16 @@ def refresh_from_runs(result_dir: Path) -> None:
     except OSError as exc:
         print(f"bench report: warning: {result_dir / 'results.csv'} not refreshed from the run files "
               f"({exc.strerror or exc}); it is used as it is", file=sys.stderr)
+
+
+def check_baseline(baseline: str, machines: list[str]) -> None:
+    """--baseline must name exactly one machine of these results (its label, or a part of it)."""
+    matches = baseline_matches(machines, baseline)
+    if len(matches) != 1:
+        what = f"matches {len(matches)} machines" if matches else "names no machine in these results"
+        raise ConfigError("--baseline", f"{baseline!r} {what}; allowed: one of "
+                          + ("; ".join(repr(m) for m in (matches or machines)) or "none: no rows") + " (or a part "
+                          "of one label)")
 
 
 def check_result_dirs(result_dirs) -> list[Path]:

@@ -20,6 +20,10 @@ REPEAT_CV_THRESHOLD = 0.10
 MIN_REPEATS_FOR_CV = 3
 
 
+# Other processes' CPU use during the window, in cores, above which a CPU row is flagged (telemetry).
+FOREIGN_CPU_CORES = 0.25
+
+
 # A minimum SM clock below this fraction of the window's mean clock: the clock fell mid-window.
 CLOCK_DROP_RATIO = 0.9
 
@@ -79,7 +83,8 @@ def flag_unstable_repeats(rows: list[dict]) -> None:
 
 
 def noise_rules() -> list[dict]:
-    """Each flag, its threshold and why (the report's Method section shows this table)."""
+    """Each flag the code can raise, its threshold and why (the report's Method section shows this
+    table; tests/test_report.py checks that every flag the code writes is here)."""
     return [
         {"flag": "noisy-window", "threshold": f"step-time CV / sqrt(timed steps) > {WINDOW_SE_THRESHOLD}",
          "why": "the window's samples/s is a mean over its steps; past this its own uncertainty exceeds 5%: "
@@ -96,6 +101,9 @@ def noise_rules() -> list[dict]:
                                           "sw_power_cap only with a clock drop",
          "why": "the device slowed itself down (a power-limited card runs at its power cap under any load: "
                 "that alone is recorded in throttle_reasons, not flagged)"},
+        {"flag": "other-processes-on-cpu", "threshold": f"other processes used > {FOREIGN_CPU_CORES} cores during the "
+                                                       "window (single-process runs)",
+         "why": "another process shared the CPU cores the run's threads compute on"},
         {"flag": "other-processes-on-device", "threshold": "any foreign process on the GPU (NVML)",
          "why": "another process shared the device"},
         {"flag": "mfu-above-1", "threshold": "MFU > 1", "why": "impossible: the peak is too low; MFU is not shown"},

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from bench_core.measure.noise import FOREIGN_CPU_CORES
 from bench_core.measure.nvml import open_gpu
 from bench_core.measure.rapl import RAPL_ROOT, open_rapl
 from bench_core.results.rows import columns
@@ -115,8 +116,6 @@ class Sampler:
 
 # Emitted only once the result schema has it (make_row refuses unknown columns).
 WINDOW_RSS_COLUMN = "window_peak_rss_bytes"
-# Other processes' CPU use during the window, in cores, above which the row is flagged.
-FOREIGN_CPU_CORES = 0.25
 
 
 def _schema_columns() -> list[str]:

@@ -1,5 +1,5 @@
 """The analysis behind notebooks/summary.ipynb: load result directories (load), tables (tables),
-published figures (reference), how things are shown (html, text) and the report's sections
+published figures (reference), how things are shown (html, charts, text) and the report's sections
 (front: title and overview; speed, detail). `bench report` renders it (report); `bench diff`
 compares two directories (diff).
 
@@ -60,9 +60,7 @@ from bench_core.summary.html import (  # noqa: F401 - re-exported
     note,
     ordered,
     paragraph,
-    plain_log_ticks,
     plot_style,
-    rotate_ticks,
     section,
     show_figure,
     show_html,
@@ -83,6 +81,7 @@ from bench_core.summary.load import (  # noqa: F401 - re-exported
     dir_names,
     load_results,
     machine_label,
+    newest_result_dir,
     typed_rows,
 )
 from bench_core.summary.reference import (  # noqa: F401 - re-exported
@@ -120,7 +119,6 @@ from bench_core.summary.tables import (  # noqa: F401 - re-exported
     machines_table,
     method_settings,
     noise_table,
-    peak_memory_mib,
     relative_speed,
     scaling_table,
     step_times_long,

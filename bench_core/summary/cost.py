@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench_core.summary.charts import log_axis
 from bench_core.summary.html import (
     note,
     paragraph,
-    plain_log_ticks,
     section,
     show_figure,
     show_table,
@@ -120,10 +120,10 @@ def show_cost_frontier(res: Results) -> None:
         ax.scatter([pick["cost_per_million"]], [pick["throughput"]], s=220, facecolors="none",
                    edgecolors="crimson", linewidths=1.6, zorder=3)
         unit = group["throughput_unit"].iloc[0]
-        ax.set(xscale="log", yscale="log", title=" · ".join(str(k) for k in key),
-               xlabel=f"cost per million {unit_items(unit)} (log)", ylabel=f"{unit} (log)")
-        plain_log_ticks(ax.xaxis)
-        plain_log_ticks(ax.yaxis)
+        ax.set(title=" · ".join(str(k) for k in key), xlabel=f"cost per million {unit_items(unit)} (log)",
+               ylabel=f"{unit} (log)")
+        log_axis(ax.xaxis, group["cost_per_million"], min_span=3)
+        log_axis(ax.yaxis, pd.concat([group["q25"], group["q75"], group["throughput"]]), min_span=3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     if axes.flat[0].get_legend():

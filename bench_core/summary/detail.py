@@ -7,6 +7,7 @@ import pandas as pd
 from bench_core.measure import noise
 from bench_core.results.comparison import METHOD_TEXT
 from bench_core.results.fidelity import METHOD_TEXT as FIDELITY_TEXT
+from bench_core.summary.charts import can_compare, category_chart, log_axis
 from bench_core.summary.html import (
     columns_for,
     datatable_html,
@@ -16,8 +17,6 @@ from bench_core.summary.html import (
     note,
     ordered,
     paragraph,
-    plain_log_ticks,
-    rotate_ticks,
     section,
     show_figure,
     show_html,
@@ -58,7 +57,7 @@ def show_step_times(res: Results) -> None:
                 log_scale=True, ax=ax)
     sns.stripplot(data=steps, y="who", x="step_ms", order=order, size=3, color="#1f4e79", alpha=0.6, jitter=0.2,
                   ax=ax)
-    plain_log_ticks(ax.xaxis)
+    log_axis(ax.xaxis, steps["step_ms"], min_span=3)
     ax.set(xlabel="step time, ms (log scale)", ylabel="",
            title="Every timed step of every repeat (box: quartiles, whiskers: min–max)")
     show_figure(fig, "Distribution of step times per configuration")
@@ -127,7 +126,6 @@ def scaling_curve(ax, curve: pd.DataFrame, label: str) -> None:
 
 @section
 def show_efficiency(res: Results) -> None:
-    import seaborn as sns
     table = efficiency_table(res)
     if table.empty:
         note("No successful rows: no efficiency figures.")
@@ -153,20 +151,17 @@ def show_efficiency(res: Results) -> None:
     several = table["machine"].nunique() > 1
     table = table.assign(mfu_pct=table["mfu"] * 100, embedding_gb_per_s=table["embedding_bytes_per_s"] / 1e9,
                          label=label_columns(table, always=("precision",) if several else ()))
-    for column, ylabel in (("mfu_pct", "MFU, % of peak"), ("j_per_1k_samples", "joules per 1000 samples"),
+    hue = "machine" if several else "precision"
+    for column, xlabel in (("mfu_pct", "MFU, % of peak"), ("j_per_1k_samples", "joules per 1000 samples"),
                            ("cost_per_million_samples", "cost per million samples")):
         data = table.dropna(subset=[column])
-        if data.empty:
+        if not can_compare(data[column]):  # one figure is read from the table below
             continue
-        g = sns.catplot(data=data, kind="bar", x="label", y=column, hue="machine" if several else "precision",
-                        col="mode", order=sorted(data["label"].unique()), col_order=ordered(data["mode"], MODE_ORDER),
-                        hue_order=None if several else ordered(data["precision"], PRECISION_ORDER),
-                        estimator="median", errorbar=None,
-                        height=3.2, aspect=max(1.2, 0.28 * data["label"].nunique()))
-        g.set_axis_labels("", ylabel)
-        g.set_titles("{col_name}")
-        rotate_ticks(g)
-        show_figure(g.figure, ylabel)
+        bars = data.groupby(["mode", "label", hue], dropna=False, sort=False).agg(value=(column, "median"))
+        category_chart(bars.reset_index().rename(columns={"mode": "panel", hue: "hue"}),
+                       ordered(data["mode"], MODE_ORDER),
+                       ordered(data[hue], PRECISION_ORDER if hue == "precision" else None), xlabel,
+                       f"{xlabel[0].upper()}{xlabel[1:]} (median of repeats)", xlabel, kind="bar")
     columns = {"machine": "machine", "config": "configuration", "samples_per_s": "samples/s",
                "achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu_pct": "MFU %",
                "peak_source": "peak source", "embedding_gb_per_s": "embedding GB/s", "power_w_mean": "mean power W",

@@ -86,8 +86,9 @@ def cell_text(value, numeric: bool) -> str:
     return str(value) if is_present(value) else ""
 
 
-def show_table(table: pd.DataFrame, columns: dict[str, str] | None = None) -> None:
-    show_html(datatable_html(table, columns))
+def show_table(table: pd.DataFrame, columns: dict[str, str] | None = None, **options) -> None:
+    """A datatable_html table (`options`: its number_text and every_row)."""
+    show_html(datatable_html(table, columns, **options))
 
 
 def init_tables() -> None:
@@ -107,11 +108,13 @@ def init_tables() -> None:
         output.display()
 
 
-def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -> str:
-    """A table that sorts (click a header) and, past TABLE_PAGE_ROWS rows, pages and searches.
+def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None, number_text=num_text,
+                   every_row: bool = False) -> str:
+    """A table that sorts (click a header) and, past TABLE_PAGE_ROWS rows, pages and searches;
+    `every_row`: one page of every row, never paged (a table read at a glance must hide nothing).
 
-    Every cell is escaped (itables' allow_html stays off). Numbers read as num_text writes them and
-    sort by value: itables sends each float as [text, number], the text from pandas' float_format.
+    Every cell is escaped (itables' allow_html stays off). Numbers read as `number_text` writes them
+    and sort by value: itables sends each float as [text, number], the text from pandas' float_format.
     `columns` maps column -> header (and picks and orders the columns shown).
     """
     if columns:
@@ -119,10 +122,12 @@ def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None) -
     shown = pd.DataFrame({i: _cells(table.iloc[:, i]) for i in range(table.shape[1])}, index=range(len(table)))
     shown.columns = [str(c) for c in table.columns]
     pages = [[TABLE_PAGE_ROWS, 100, -1], [TABLE_PAGE_ROWS, 100, "all"]]
-    with pd.option_context("display.float_format", num_text):
+    paging = {"paging": False, "layout": {"topStart": None, "topEnd": None, "bottomStart": None}} if every_row \
+        else {"lengthMenu": pages, "pageLength": TABLE_PAGE_ROWS}
+    with pd.option_context("display.float_format", number_text):
         return to_html_datatable(shown, connected=False, allow_html=False, showIndex=False, maxBytes=0,
-                                 classes="display compact", style="width:auto;margin:0", lengthMenu=pages,
-                                 pageLength=TABLE_PAGE_ROWS, display_logo_when_loading=False, css=TABLE_CSS,
+                                 classes="display compact", style="width:auto;margin:0", **paging,
+                                 display_logo_when_loading=False, css=TABLE_CSS,
                                  text_in_header_can_be_selected=False)  # a click anywhere on a header sorts
 
 
@@ -131,6 +136,8 @@ def _cells(column: pd.Series) -> np.ndarray | list:
     values = column.to_numpy()
     if pd.api.types.is_bool_dtype(column):
         return ["yes" if v else "no" for v in values]
+    if pd.api.types.is_integer_dtype(column) and column.notna().all():
+        return column.to_numpy(dtype="int64")  # a count is shown as one, never through the float format
     if pd.api.types.is_numeric_dtype(column):
         # A missing number is sent as -inf: num_text shows it as an empty cell (pandas would write
         # "NaN", its float_format is not called for a missing value) and it sorts below every
@@ -257,19 +264,3 @@ def drop_constant(table: pd.DataFrame, columns: dict[str, str], keep: tuple[str,
     drop += [c for c in ("mpx_per_s", "mvox_per_s", "images_per_s", "peak_memory_mib", "samples_per_s", "sample_unit")
              if c in table and table[c].isna().all()]
     return table.drop(columns=list(dict.fromkeys(drop)))
-
-
-def plain_log_ticks(axis) -> None:
-    """Log-axis tick labels as plain numbers (300, 1,000), not powers of ten."""
-    from matplotlib import ticker
-    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: num_text(v)))
-    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1.5, 0.6)))
-
-
-def rotate_ticks(g) -> None:
-    for ax in g.axes.flat:
-        for label in ax.get_xticklabels():
-            label.set_rotation(30)
-            label.set_horizontalalignment("right")
-
-

@@ -105,6 +105,19 @@ def load_results(result_dirs) -> Results:
     return Results(rows=rows, dirs=dirs, notes=notes, names=names)
 
 
+def newest_result_dir(root) -> list[Path]:
+    """The result directory under `root` written last (its results.csv, or its newest run file), as
+    a one-item list for load_results: what the summary notebook opens when no directory is given
+    (`make report` writes outputs/default, notebooks/benchmark.ipynb outputs/lab). None there:
+    [root/default], which the report then says has no results."""
+    def written(d: Path) -> float:
+        files = [d / "results.csv", *d.glob("runs/*/rows.json")]
+        return max((f.stat().st_mtime for f in files if f.is_file()), default=-1.0)
+    found = [(written(d), d) for d in sorted(Path(root).glob("*")) if d.is_dir()]
+    found = [(t, d) for t, d in found if t >= 0]
+    return [max(found)[1]] if found else [Path(root) / "default"]
+
+
 def dir_names(dirs: list[Path]) -> list[str]:
     """Each directory by its folder name (a report never shows a local path), with the parent's
     name where two share one (a/lab, b/lab), and a number where that is not enough."""
@@ -166,8 +179,11 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
     # batch_size max (an explicit search) is text in a numeric column: keep the fact before coercing.
     rows["batch_searched"] = rows["batch_size_requested"].astype(str).str.strip().str.lower() == "max"
-    for name in NUMERIC:
-        rows[name] = pd.to_numeric(rows[name], errors="coerce")
+    # All numeric columns in one frame: assigning them one by one leaves ~100 blocks, and pandas then
+    # warns (PerformanceWarning, "highly fragmented") at the next new column.
+    numbers = pd.DataFrame({name: pd.to_numeric(rows[name], errors="coerce").astype(float) for name in NUMERIC},
+                           index=rows.index)
+    rows = pd.concat([rows.drop(columns=NUMERIC), numbers], axis=1)
     rows["status"] = rows["status"].fillna("unknown").astype(str).str.strip().str.lower().replace("", "unknown")
     rows["world_size"] = rows["world_size"].fillna(1)
     rows["compile"] = rows["compile"].fillna("off")

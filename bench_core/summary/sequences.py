@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench_core.summary.charts import zero_axis
 from bench_core.summary.html import (
     columns_for,
     label_columns,
@@ -83,7 +84,9 @@ def show_sequences(res: Results) -> None:
     generation = generation_table(res)
     if generation.empty:
         return
-    show_generation_chart(generation)
+    sizes = generation.groupby(["machine", "model", "precision"], dropna=False)["batch_size"].nunique()
+    if (sizes >= 2).any():  # a trade-off needs two batch sizes of one model at least
+        show_generation_chart(generation)
     show_table(generation, columns_for(res, {
         "machine": "machine", "model": "model", "precision": "precision", "batch_size": "batch / device",
         "input_shape": "input", "ttft_ms": "time to first token, ms (median)", "ttft_ms_p95": "TTFT p95, ms",
@@ -112,8 +115,9 @@ def show_generation_chart(table: pd.DataFrame) -> None:
             ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [num_text(v) for v in sizes])
         ax.minorticks_off()
+        zero_axis(ax.yaxis, table[metric])
         ax.set(xlabel="batch size (sequences per device)", ylabel=label, title=wrap_text(label, 60))
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
     fig.suptitle("Serving trade-off: a larger batch decodes more tokens per second and waits longer for the "
                  "first one", y=1.02)
     fig.tight_layout()

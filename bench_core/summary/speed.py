@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench_core.measure.noise import disturbances
 from bench_core.results.comparison import DISTURBED
+from bench_core.summary.charts import can_compare, category_chart, zero_axis
 from bench_core.summary.effects import settings_effects
 from bench_core.summary.html import (
     chart_rows,
@@ -16,8 +18,6 @@ from bench_core.summary.html import (
     note,
     ordered,
     paragraph,
-    plain_log_ticks,
-    rotate_ticks,
     section,
     show_figure,
     show_html,
@@ -32,31 +32,56 @@ from bench_core.summary.tables import (
     emulation_notes,
     headline_table,
     knee_points,
-    peak_memory_mib,
     relative_speed,
 )
-from bench_core.summary.text import num_text, short_list, wrap_text
+from bench_core.summary.text import num_text, short_list, sig_text, wrap_text
+
+DISTURBED_MARK = "⚠"  # beside a figure whose repeats were flagged as disturbed, in the tables and the charts
+DISTURBED_WHY = "another process on the CPU or device, throttling, a clock drop, or repeats that disagree"
 
 
 @section
 def show_headline(res: Results) -> None:
     table = headline_table(res)
     if table.empty:
-        note("No successful rows: nothing to summarise (see Failures for what went wrong).")
+        note("No successful rows: nothing to summarise (see Failures for what went wrong)." if len(res.rows) else
+             "No result rows: nothing to summarise (see Overview for what was read).")
         return
-    table["IQR of repeats"] = [f"{num_text(a)} – {num_text(b)}" for a, b in zip(table["q25"], table["q75"])]
-    # samples/s beside throughput only where they differ (text: sequences/s beside tokens/s)
-    same = table["sample_unit"] == table["throughput_unit"]
-    table["samples_per_s"] = table["samples_per_s"].where(~same)
-    table["sample_unit"] = table["sample_unit"].where(~same)
-    columns = {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
-               "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
-               "compile": "compile", "channels_last": "channels_last", "throughput": "throughput (median)",
-               "throughput_unit": "unit", "IQR of repeats": "IQR of repeats", "samples_per_s": "samples/s (median)",
-               "sample_unit": "a sample", "step_time_ms": "step ms (median)", "mpx_per_s": "MPx/s",
-               "mvox_per_s": "MVox/s", "images_per_s": "images/s at its denoising steps",
-               "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}
-    show_table(drop_constant(table, columns, keep=("model", "mode", "precision", "batch_size")), columns)
+    table["IQR of repeats"] = [f"{sig_text(a)} – {sig_text(b)}" for a, b in zip(table["q25"], table["q75"])]
+    table["disturbed_text"] = [f"{DISTURBED_MARK} {d} of {n}" if d else "" for d, n in
+                               zip(table["disturbed"].astype(int), table["repeats"])]
+    for name in ("batch_size", "world_size", "repeats"):  # counts: whole numbers, not 3 significant figures
+        if table[name].notna().all() and (table[name] % 1 == 0).all():
+            table[name] = table[name].astype("int64")
+    units = list(dict.fromkeys(table["throughput_unit"]))
+    if len(units) > 1:
+        paragraph(f"One table per unit ({', '.join(units)}): a sort never puts one unit's numbers among another's.")
+    for unit in units:
+        part = table[table["throughput_unit"] == unit].copy()
+        # samples/s beside throughput only where they differ (text: sequences/s beside tokens/s)
+        samples = [u for u in dict.fromkeys(part["sample_unit"].dropna()) if u != unit]
+        samples_header = f"{samples[0]} (median)" if len(samples) == 1 else "samples/s (median)"
+        if not samples:
+            part["samples_per_s"] = float("nan")
+        columns = {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
+                   "batch_size": "batch", "input_shape": "input", "world_size": "devices", "compile": "compile",
+                   "channels_last": "channels_last", "throughput": f"{unit} (median)",
+                   "IQR of repeats": "IQR of repeats", "samples_per_s": samples_header,
+                   "step_time_ms": "step ms (median)", "mvox_per_s": "MVox/s",
+                   "images_per_s": "images/s at its denoising steps", "peak_memory_mib": "torch peak MiB",
+                   "repeats": "repeats", "disturbed_text": "disturbed repeats"}
+        if not part["disturbed"].any():
+            columns.pop("disturbed_text")
+        shown = drop_constant(part.drop(columns=["mpx_per_s"]), columns, keep=("model", "mode", "precision",
+                                                                               "batch_size"))
+        if len(units) > 1:
+            paragraph(f"In {unit} ({len(part)} configuration{'' if len(part) == 1 else 's'}):")
+        show_table(shown, columns, number_text=sig_text, every_row=True)
+    disturbed = table[table["disturbed"] > 0]
+    if len(disturbed):
+        note(f"{DISTURBED_MARK} n of m: n of the configuration's m repeats were flagged as disturbed ({DISTURBED_WHY}); "
+             f"{len(disturbed)} of {len(table)} configurations have such repeats. Their medians include them: "
+             "re-measure them on a quiet machine. Each flag is listed under Efficiency.")
     searched = res.rows[(res.rows["status"] == "ok") & res.rows["batch_searched"]]
     for _, row in searched.drop_duplicates(["machine", "config"]).iterrows():
         note(f"{row['config']} on {row['machine']}: batch_size max, {row.get('batch_search') or 'found by search'}")
@@ -87,10 +112,20 @@ def show_relative_speed(res: Results, baseline: str | None = None) -> None:
                      "Point chart: each machine's throughput over the baseline's per configuration, with intervals",
                      xlabel="× the baseline's throughput (log scale; above 1 is faster)")
     few_repeats_note(table, "config")
-    show_table(table, {"config": "configuration", "machine": "machine", "baseline_median": "baseline (median)",
-                       "median": "this machine (median)", "throughput_unit": "unit",
-                       "text": "× baseline [95% CI], verdict", "n_baseline": "baseline repeats",
-                       "n_candidate": "repeats"})
+    show_per_unit(table, {"config": "configuration", "machine": "machine", "baseline_median": "baseline, {unit}",
+                          "median": "this machine, {unit}", "text": "× baseline [95% CI], verdict",
+                          "baseline_repeats": "baseline repeats", "repeats_text": "repeats"})
+
+
+def show_per_unit(table: pd.DataFrame, columns: dict[str, str]) -> None:
+    """One table per throughput unit ('{unit}' in a header becomes it): figures in different units
+    never share a sorted column."""
+    units = list(dict.fromkeys(table["throughput_unit"]))
+    for unit in units:
+        part = table[table["throughput_unit"] == unit]
+        if len(units) > 1:
+            paragraph(f"In {unit} ({len(part)} comparison{'' if len(part) == 1 else 's'}):")
+        show_table(part, {k: v.format(unit=unit) for k, v in columns.items()})
 
 
 def few_repeats_note(table: pd.DataFrame, label: str) -> None:
@@ -125,27 +160,32 @@ def show_throughput(res: Results) -> None:
 
 
 def throughput_chart(data, unit: str) -> None:
-    """Median throughput by model and precision, one panel per mode, in one unit."""
-    import seaborn as sns
+    """Median throughput by model and precision, one panel per mode, in one unit; a figure with
+    disturbed repeats carries DISTURBED_MARK."""
     several = data["machine"].nunique() > 1
     hue = "machine" if several else "precision"
-    g = sns.catplot(data=data, kind="point", x="label", y="throughput", hue=hue, col="mode",
-                    row="precision" if several else None, order=sorted(data["label"].unique()),
-                    hue_order=ordered(data[hue], PRECISION_ORDER if hue == "precision" else None),
-                    col_order=ordered(data["mode"], MODE_ORDER),
-                    row_order=ordered(data["precision"], PRECISION_ORDER) if several else None,
-                    estimator="median", errorbar=("pi", 50), linestyle="none", marker="o",
-                    # seaborn divides the dodge by (hue levels - 1): one level would raise ZeroDivisionError
-                    dodge=0.35 if data[hue].nunique() > 1 else False,
-                    capsize=0.12, height=3.4, aspect=max(1.2, 0.28 * data["label"].nunique()), sharey=True)
-    g.set(yscale="log")
-    for ax in g.axes.flat:
-        plain_log_ticks(ax.yaxis)
-    g.set_axis_labels("", f"{unit} (log scale)")
-    g.set_titles("{col_name}" if not several else "{row_name} · {col_name}")
-    rotate_ticks(g)
-    g.figure.suptitle(f"Throughput in {unit}: median of repeats, bars = interquartile range", y=1.03)
-    show_figure(g.figure, f"Throughput in {unit} by model and precision, log scale")
+    data = data.assign(_disturbed=[bool(disturbances(v)) for v in data["noise_flags"]],
+                       panel=[f"{p} · {m}" if several else m for p, m in zip(data["precision"], data["mode"])])
+    table = data.groupby(["panel", "label", hue], dropna=False, sort=False).agg(
+        value=("throughput", "median"), low=("throughput", lambda s: s.quantile(0.25)),
+        high=("throughput", lambda s: s.quantile(0.75)), marked=("_disturbed", "any")).reset_index()
+    if not can_compare(table["value"]):
+        note(f"One figure in {unit}, nothing to compare it with in a chart: it is in the Headline table.")
+        return
+    modes = ordered(data["mode"], MODE_ORDER)
+    panels = [f"{p} · {m}" for p in ordered(data["precision"], PRECISION_ORDER) for m in modes] if several else modes
+    category_chart(table.rename(columns={hue: "hue"}), panels,
+                   ordered(data[hue], PRECISION_ORDER if hue == "precision" else None),
+                   f"{unit} (log scale)", f"Throughput in {unit}: median of repeats, bar = interquartile range",
+                   f"Throughput in {unit} by model and precision, log scale" + disturbed_alt(int(table["marked"].sum())),
+                   mark_legend=f"{DISTURBED_MARK} repeats flagged as disturbed: re-measure")
+
+
+def disturbed_alt(marked: int) -> str:
+    """What a chart's marks say, for its text alternative."""
+    if not marked:
+        return ""
+    return f"; {DISTURBED_MARK} marks {marked} figure{'' if marked == 1 else 's'} with repeats flagged as disturbed"
 
 
 @section
@@ -164,11 +204,12 @@ def show_amp_speedup(res: Results) -> None:
                      "Point chart: speed-up of each reduced precision over fp32, with intervals",
                      xlabel="speed-up over fp32 (log scale; above 1 is faster)")
     few_repeats_note(table, "label")
-    show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
-                       "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
-                       "fp32": "fp32 (median)", "throughput": "this precision (median)", "throughput_unit": "unit",
-                       "text": "speed-up over fp32 [95% CI], verdict", "n_baseline": "fp32 repeats",
-                       "n_candidate": "repeats"}))
+    show_per_unit(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode",
+                                           "precision": "precision", "batch_size": "batch", "input_shape": "input",
+                                           "world_size": "devices", "fp32": "fp32, {unit} (median)",
+                                           "throughput": "this precision, {unit} (median)",
+                                           "text": "speed-up over fp32 [95% CI], verdict",
+                                           "baseline_repeats": "fp32 repeats", "repeats_text": "repeats"}))
     for line in emulation_notes(res, table):
         paragraph(line)
 
@@ -234,9 +275,10 @@ def show_batch_curves(res: Results) -> None:
             sizes = sorted(part["batch_size"].dropna().unique())
             ax.set_xticks(sizes, [num_text(v) for v in sizes])
             ax.minorticks_off()
+            zero_axis(ax.yaxis, part[metric])  # from zero: a flat curve looks flat
             ax.set(xlabel="batch size per device (log scale)", ylabel=ylabel,
                    title=wrap_text(f"{mode} · {machine}" if several else mode, 60))
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=9)
     fig.tight_layout()
     show_figure(fig, "Throughput and step time against batch size; the knee is marked with a star")
     show_table(knees, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
@@ -248,31 +290,33 @@ def show_batch_curves(res: Results) -> None:
 
 @section
 def show_memory(res: Results) -> None:
-    import seaborn as sns
     data, caveat = chart_rows(res.ok)
     if data.empty:
         note("No successful rows: no memory chart.")
         return
-    data = data.assign(memory_mib=peak_memory_mib(data)).dropna(subset=["memory_mib"])
+    # torch's peak allocated only: a CPU process's peak RSS spans its whole life, the same for train
+    # and infer and for every configuration the process ran before, so a chart of it compares nothing.
+    data = data.assign(memory_mib=data["peak_mem_allocated_bytes"] / 2**20).dropna(subset=["memory_mib"])
+    if (res.ok["device_type"] != "cuda").any():
+        note("No memory chart for CPU rows: the figure there is the peak resident memory (RSS) of the process over "
+             "its whole life, the same for train and infer and for every configuration the process ran before; it "
+             "is in results.csv (peak_rss_bytes), not compared here.")
     if data.empty:
-        note("No memory was recorded in these rows (peak_mem_allocated_bytes and peak_rss_bytes are empty).")
         return
     several = data["machine"].nunique() > 1
-    g = sns.catplot(data=data, kind="bar", x="label", y="memory_mib", hue="machine" if several else "precision",
-                    col="mode", row="precision" if several else None, order=sorted(data["label"].unique()),
-                    hue_order=None if several else ordered(data["precision"], PRECISION_ORDER),
-                    col_order=ordered(data["mode"], MODE_ORDER), estimator="median", errorbar=None,
-                    height=3.2, aspect=max(1.2, 0.28 * data["label"].nunique()))
-    g.set_axis_labels("", "peak memory, MiB")
-    g.set_titles("{col_name}" if not several else "{row_name} · {col_name}")
-    rotate_ticks(g)
-    show_figure(g.figure, "Peak memory by model and precision")
-    kinds = set(data["device_type"].dropna())
-    if kinds - {"cuda"}:
-        note("On CPU the figure is the peak resident memory (RSS) of the process that ran the configuration, over "
-             "its whole life: configurations that shared a process carry the peak of the ones before them.")
-    if "cuda" in kinds:
-        note("On CUDA the figure is torch's peak allocated memory during the run (reserved and device-used "
-             "memory are in results.csv).")
+    hue = "machine" if several else "precision"
+    data = data.assign(panel=[f"{p} · {m}" if several else m for p, m in zip(data["precision"], data["mode"])])
+    table = data.groupby(["panel", "label", hue], dropna=False, sort=False).agg(
+        value=("memory_mib", "median")).reset_index()
+    if not can_compare(table["value"]):
+        return
+    modes = ordered(data["mode"], MODE_ORDER)
+    panels = [f"{p} · {m}" for p in ordered(data["precision"], PRECISION_ORDER) for m in modes] if several else modes
+    category_chart(table.rename(columns={hue: "hue"}), panels,
+                   ordered(data[hue], PRECISION_ORDER if hue == "precision" else None), "torch peak allocated, MiB",
+                   "Peak memory: torch's peak allocated during the run (median of repeats)",
+                   "Peak memory by model and precision", kind="bar")
+    note("The figure is torch's peak allocated memory during the run (reserved and device-used memory are in "
+         "results.csv).")
     if caveat:
         note(caveat)

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from bench_core.measure.noise import disturbances
 from bench_core.summary.effects import compare_variants, verdict_summary
 from bench_core.summary.html import sort_table
 from bench_core.summary.load import (
@@ -23,13 +24,17 @@ KNEE_FRACTION = 0.9          # the knee: smallest batch reaching 90% of the curv
 
 
 def headline_table(res: Results) -> pd.DataFrame:
-    """Median over repeats per configuration, with the interquartile range of the repeats."""
+    """Median over repeats per configuration, with the interquartile range of the repeats and how many
+    repeats were flagged as disturbed (measure.noise.DISTURBING_FLAGS). Memory is torch's peak
+    allocated (CUDA): a CPU process's peak RSS spans its whole life, the same for every configuration
+    it ran, so it is left empty here."""
     ok = res.ok
     if ok.empty:
         return pd.DataFrame()
-    ok = ok.assign(_peak_memory_mib=peak_memory_mib(ok))
+    ok = ok.assign(_peak_memory_mib=ok["peak_mem_allocated_bytes"] / 2**20,
+                   _disturbed=[bool(disturbances(v)) for v in ok["noise_flags"]])
     table = ok.groupby(["machine", *WORKLOAD], dropna=False, sort=False).agg(
-        repeats=("throughput", "count"), throughput=("throughput", "median"),
+        repeats=("throughput", "count"), disturbed=("_disturbed", "sum"), throughput=("throughput", "median"),
         throughput_unit=("throughput_unit", "first"),
         q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
         samples_per_s=("samples_per_s", "median"), sample_unit=("sample_unit", "first"),
@@ -37,11 +42,6 @@ def headline_table(res: Results) -> pd.DataFrame:
         mvox_per_s=("mvox_per_s", "median"), images_per_s=("images_per_s", "median"),
         peak_memory_mib=("_peak_memory_mib", "median"))
     return sort_table(table.reset_index())
-
-
-def peak_memory_mib(rows: pd.DataFrame) -> pd.Series:
-    """Peak memory in MiB: torch peak allocated on CUDA, else the process's peak RSS (its whole life)."""
-    return rows["peak_mem_allocated_bytes"].fillna(rows["peak_rss_bytes"]) / 2**20
 
 
 def relative_speed(res: Results, baseline: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str | None, str]:
@@ -58,6 +58,7 @@ def relative_speed(res: Results, baseline: str | None = None) -> tuple[pd.DataFr
     chosen, why = _pick_baseline(res, machines, baseline)
     table = with_unit(sort_table(compare_variants(ok, "machine", chosen, keys=["config", *WORKLOAD],
                                                   value="throughput")), ok)
+    table = with_repeats(table, ok, "machine", chosen, ["config", *WORKLOAD])
     summary = []
     for m in machines:
         mine = table[table["machine"] == m]
@@ -70,13 +71,19 @@ def relative_speed(res: Results, baseline: str | None = None) -> tuple[pd.DataFr
     return table, pd.DataFrame(summary), chosen, why
 
 
+def baseline_matches(machines: list[str], wanted: str) -> list[str]:
+    """The machines a baseline names: the one whose label it is, else those whose label contains it
+    (any case). One match is a baseline; none or several is not (bench report refuses it)."""
+    exact = [m for m in machines if m == wanted]
+    return exact or [m for m in machines if wanted.lower() in m.lower()]
+
+
 def _pick_baseline(res: Results, machines: list[str], wanted: str | None) -> tuple[str, str]:
     if wanted:
-        exact = [m for m in machines if m == wanted]
-        partial = [m for m in machines if wanted.lower() in m.lower()]
-        if exact or len(partial) == 1:
-            return (exact or partial)[0], "chosen by the baseline parameter"
-        why = (f"baseline {wanted!r} matches {'several' if partial else 'no'} machine; "
+        matches = baseline_matches(machines, wanted)
+        if len(matches) == 1:
+            return matches[0], "chosen by the baseline parameter"
+        why = (f"baseline {wanted!r} matches {'several' if matches else 'no'} machine; "
                "using the first result directory's machine instead")
     else:
         why = "the first result directory's machine (set the baseline parameter to choose another)"
@@ -97,7 +104,34 @@ def amp_speedup_table(res: Results) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame()
     table = with_unit(table.rename(columns={"baseline_median": "fp32", "median": "throughput"}), ok)
+    table = with_repeats(table, ok, "precision", "fp32", ["machine", *[k for k in WORKLOAD if k != "precision"]])
     return sort_table(table.assign(speedup=table["ratio"]))
+
+
+def with_repeats(table: pd.DataFrame, rows: pd.DataFrame, column: str, baseline, keys: list[str]) -> pd.DataFrame:
+    """A comparison table with the repeats each side has, as the Headline counts them, disturbed ones
+    included ('3 (3 disturbed)'): n_baseline and n_candidate count only what the verdict judged."""
+    if table.empty:
+        return table.assign(baseline_repeats=pd.Series(dtype=object), repeats_text=pd.Series(dtype=object))
+    def key(row: dict, value) -> tuple:  # missing values (None, NaN) as one
+        return tuple(str(v) if is_present(v) else "" for v in (*[row.get(k) for k in keys], value))
+    n, disturbed = {}, {}
+    for row in rows.to_dict("records"):
+        here = key(row, row[column])
+        n[here] = n.get(here, 0) + 1
+        disturbed[here] = disturbed.get(here, 0) + bool(disturbances(row.get("noise_flags")))
+
+    def text(row: dict, value) -> str:
+        here = key(row, value)
+        return repeats_text(n[here], disturbed[here]) if here in n else ""
+    records = table.to_dict("records")
+    return table.assign(baseline_repeats=[text(r, baseline) for r in records],
+                        repeats_text=[text(r, r[column]) for r in records])
+
+
+def repeats_text(repeats, disturbed) -> str:
+    """'3', or '3 (2 disturbed)' when some were flagged as disturbed."""
+    return f"{int(repeats)}" + (f" ({int(disturbed)} disturbed)" if disturbed else "")
 
 
 def with_unit(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:

@@ -38,6 +38,26 @@ def num_text(value) -> str:
     return f"{v:.2e}"
 
 
+def sig_text(value, digits: int = 3) -> str:
+    """A measured figure to `digits` significant figures, alike in every row: 22,600 / 367 / 18.0 /
+    9.70 / 0.0244 (thousands separated, trailing zeros kept, no exponent down to a millionth)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(v):
+        return ""
+    if v == 0:
+        return "0"
+    rounded = float(f"{v:.{digits}g}")  # 99.96 -> 100: the exponent after rounding decides the decimals
+    exponent = math.floor(math.log10(abs(rounded)))
+    if abs(rounded) < 1e-6:
+        return f"{v:.{digits - 1}e}"
+    return f"{rounded:,.{max(0, digits - 1 - exponent)}f}"
+
+
 def int_text(value) -> str:
     return num_text(value) if is_number(value) else str(value)
 
