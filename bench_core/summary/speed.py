@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import DISTURBED
 from bench_core.summary.charts import can_compare, category_chart, zero_axis
 from bench_core.summary.effects import settings_effects

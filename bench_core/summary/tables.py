@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench_core.measure.noise import disturbances
+from bench_core.results.disturbed import disturbances
 from bench_core.summary.effects import compare_variants, verdict_summary
 from bench_core.summary.html import sort_table
 from bench_core.summary.load import (
@@ -25,7 +25,7 @@ KNEE_FRACTION = 0.9          # the knee: smallest batch reaching 90% of the curv
 
 def headline_table(res: Results) -> pd.DataFrame:
     """Median over repeats per configuration, with the interquartile range of the repeats and how many
-    repeats were flagged as disturbed (measure.noise.DISTURBING_FLAGS). Memory is torch's peak
+    repeats were flagged as disturbed (results.disturbed.DISTURBING_FLAGS). Memory is torch's peak
     allocated (CUDA): a CPU process's peak RSS spans its whole life, the same for every configuration
     it ran, so it is left empty here."""
     ok = res.ok
