@@ -39,6 +39,7 @@ NUMERIC = [
     "num_tables", "rows_per_table", "embedding_dim", "indices_per_lookup", "zipf_exponent", "embedding_table_bytes",
     "embedding_bytes_per_s",
     "latent_size", "denoise_steps", "audio_frames", "denoise_steps_per_s", "images_per_s", "audio_s_per_s",
+    "output_cosine", "output_rel_error", "loss_rel_error",
 ]
 
 

@@ -5,6 +5,8 @@ measured one: it has its own rows, bars and column.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from bench_core.errors import ConfigError
@@ -25,8 +27,8 @@ def predicted_table(res: Results, gpus=DEFAULT_GPUS) -> tuple[pd.DataFrame, list
     for directory in res.dirs:
         try:
             found, skipped = predict_dir(directory, specs)
-        except ConfigError as exc:
-            notes.append(str(exc))
+        except ConfigError as exc:  # a folder is named, never its local path (the report is shared)
+            notes.append(str(exc).replace(str(directory), Path(directory).name))
             continue
         rows += found
         notes += skipped
