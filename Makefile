@@ -60,9 +60,10 @@ test: install browser slurm
 report: install
 	$(BIN)/bench sweep $(SWEEP) --out $(OUT)
 
-# The README's picture: the first screen of the default report in headless Chromium (run `make report` first).
+# The README's picture: the top of the default report (title, overview, Headline tables) in headless Chromium
+# (run `make report` first).
 report-png: install
-	$(BIN)/python -m bench_core.summary.screenshot $(OUT)/report.html docs/report.png
+	$(BIN)/python -m bench_core.summary.screenshot $(OUT)/report.html docs/report.png --height 1500
 
 # The lab extra once (again when pyproject.toml changes), not at every launch.
 $(BIN)/jupyter-lab: $(BIN)/bench

@@ -25,7 +25,8 @@ exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
                    "the executed summary.ipynb goes beside it")
     p.add_argument("--title", default="", help="a line shown at the top of the report")
     p.add_argument("--baseline", default="", help="machine the others are compared with (part of its label, "
-                   "e.g. a GPU or host name); default: the first DIR's machine")
+                   "e.g. a GPU or host name; it must name exactly one machine of the results, else exit 2 "
+                   "listing them); default: the first DIR's machine")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench_core.summary.charts import log_axis
+from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
 from bench_core.summary.html import (
     note,
     paragraph,
@@ -104,7 +104,8 @@ def show_cost_frontier(res: Results) -> None:
     groups = list(points.groupby(GROUP, dropna=False, sort=False))
     columns = min(3, len(groups))
     rows = int(np.ceil(len(groups) / columns))
-    width, height = (6.4, 4.4) if columns == 1 else (4.4, 3.6)
+    # The whole figure within FIG_WIDTH_IN: a wider one is shrunk on the page, its text with it.
+    width, height = (6.4, 4.4) if columns == 1 else (FIG_WIDTH_IN / columns, 3.6)
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
     hue_order = sorted(points["machine"].unique())
     for ax, (key, group) in zip(axes.flat, groups):
@@ -127,7 +128,7 @@ def show_cost_frontier(res: Results) -> None:
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     if axes.flat[0].get_legend():
-        sns.move_legend(axes.flat[0], "upper left", bbox_to_anchor=(0, -0.25), ncol=2, fontsize=8, frameon=False)
+        sns.move_legend(axes.flat[0], "upper left", bbox_to_anchor=(0, -0.25), ncol=2, fontsize=9, frameon=False)
     fig.suptitle("Throughput against cost. Dashed line: the Pareto frontier; red ring: the cheapest\n"
                  f"within {NEAR_FASTEST:.0%} of the fastest; bars: interquartile range of the repeats", y=1.04)
     fig.tight_layout()

@@ -87,7 +87,7 @@ def show_scaling(res: Results) -> None:
         ax.set_xticks(devices, [num_text(v) for v in devices])
         ax.set(xlabel="devices (world size)", ylabel="speed-up over 1 device",
                title="Scaling (bars: 95 % interval; hollow: too few repeats for one)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
         show_figure(fig, "Speed-up against the number of devices with 95 % intervals, and the ideal line")
         show_table(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
                            "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",

@@ -40,7 +40,7 @@ def show_ratio_chart(table: pd.DataFrame, labels: list[str], title: str, alt: st
         else:
             ax.plot(row["ratio"], yi, "o", markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.6,
                     markersize=7, zorder=3)
-        ax.annotate(row["text"], (1.01, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8,
+        ax.annotate(row["text"], (1.01, yi), xycoords=("axes fraction", "data"), va="center", fontsize=9,
                     color=colour)
     values = pd.concat([rows["ratio"], rows["low"], rows["high"]]).dropna()
     lo, hi = min(values.min(), 1 - MIN_EFFECT), max(values.max(), 1 + MIN_EFFECT)
@@ -57,7 +57,7 @@ def show_ratio_chart(table: pd.DataFrame, labels: list[str], title: str, alt: st
                       markerfacecolor="white" if v == "too few repeats" else COLOURS[v]) for v in shown]
     handles.append(plt.Rectangle((0, 0), 1, 1, color="#ececec"))
     ax.legend(handles, [LEGEND[v] for v in shown] + [f"within ±{MIN_EFFECT:.0%}: below the minimum effect"],
-              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=6,
+              fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=6,
               ncol=min(3, len(handles)), frameon=False)
     show_figure(fig, alt)
 

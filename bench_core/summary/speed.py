@@ -125,7 +125,7 @@ def show_per_unit(table: pd.DataFrame, columns: dict[str, str]) -> None:
         part = table[table["throughput_unit"] == unit]
         if len(units) > 1:
             paragraph(f"In {unit} ({len(part)} comparison{'' if len(part) == 1 else 's'}):")
-        show_table(part, {k: v.format(unit=unit) for k, v in columns.items()})
+        show_table(part, {k: v.format(unit=unit) for k, v in columns.items()}, number_text=sig_text)  # as the Headline
 
 
 def few_repeats_note(table: pd.DataFrame, label: str) -> None:
