@@ -53,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
         check_writable(args.out)  # before measuring: a run that cannot be saved does not start
     if cfg.profile and args.out:  # profiles next to the rows
         os.environ.setdefault("BENCH_PROFILE_DIR", str(Path(args.out) / "profiles"))
+    if args.out:  # mode serve: per-request records and server logs next to the rows
+        os.environ.setdefault("BENCH_SERVING_DIR", str(Path(args.out) / "serving"))
     try:
         rows = run_benchmark(cfg, progress=progress_printer(args))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the repeats that finished

@@ -13,12 +13,13 @@ from typing import Any
 
 import yaml
 
+from bench_core.config.serve import SERVE_FIELDS, validate_serving
 from bench_core.config.values import as_bool, as_choice, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
 
-MODES = ("train", "infer", "generate")
+MODES = ("train", "infer", "generate", "serve")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
@@ -27,7 +28,8 @@ SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: p
 # Fields added after results were first recorded: they count in a configuration's hash only when set,
 # so a configuration measured before they existed keeps its hash (a sweep re-run finds it complete).
 HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
-                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames")
+                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames",
+                   *SERVE_FIELDS)
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -47,8 +49,9 @@ class BenchConfig:
     model: str = field(default="resnet50", metadata=_opt(
         "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
     mode: str = field(default="train", metadata=_opt(
-        "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder) or generate (text "
-        "decoders, speech: a prompt, then new_tokens tokens with the KV cache)", choices=MODES))
+        "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder), generate (text "
+        "decoders, speech: a prompt, then new_tokens tokens with the KV cache) or serve (a causal LM behind a serving "
+        "engine's OpenAI-compatible API, under load: docs/serving.md)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
         "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
     batch_size: int | str = field(default=16, metadata=_opt(
@@ -86,10 +89,11 @@ class BenchConfig:
     audio_frames: int | None = field(default=None, metadata=_opt(
         "log-mel frames per utterance of a speech model, 100 a second (default and only value: what the "
         "model's encoder takes, 3000 = 30 s for Whisper)"))
-    steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
+    steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat (mode serve: requests per repeat)"))
     min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
     warmup_steps: int = field(default=5, metadata=_opt(
-        f"untimed steps before the first repeat (at least {MIN_COMPILE_WARMUP_STEPS} with compile)"))
+        f"untimed steps before the first repeat (at least {MIN_COMPILE_WARMUP_STEPS} with compile; mode serve: "
+        "untimed warm-up requests)"))
     repeats: int = field(default=3, metadata=_opt("timed repeats; each is one result row"))
     device: str = field(default="auto", metadata=_opt("auto, cpu, cuda, cuda:N or mps"))
     channels_last: bool = field(default=False, metadata=_opt("use channels_last memory format (2D models)"))
@@ -105,6 +109,39 @@ class BenchConfig:
     dist_timeout_s: float = field(default=300.0, metadata=_opt("collective / rendezvous timeout in seconds"))
     profile: bool = field(default=False, metadata=_opt("run torch.profiler over a few steps after the timed window"))
     price_per_hour: float | None = field(default=None, metadata=_opt("device price per hour, for cost per million samples"))
+
+    # -- mode serve (bench_core/serving; docs/serving.md) -------------------------------------
+    engine: str | None = field(default=None, metadata=_opt(
+        "mode serve: the serving engine preset: transformers, vllm, sglang, trtllm, tgi, llamacpp (default "
+        "transformers)"))
+    server_url: str | None = field(default=None, metadata=_opt(
+        "mode serve: base URL of a running server to measure (default: start the engine on a free port)"))
+    served_model: str | None = field(default=None, metadata=_opt(
+        "mode serve: the model name to send (default: the folder the engine was started on)"))
+    model_dir: str | None = field(default=None, metadata=_opt(
+        "mode serve: a local model folder to serve and take the tokenizer from (default: model's shape with random "
+        "weights and an offline tokenizer, written once and cached)"))
+    server_args: str | None = field(default=None, metadata=_opt(
+        "mode serve: extra arguments appended to the engine's command line (space separated)"))
+    endpoint: str | None = field(default=None, metadata=_opt(
+        "mode serve: completions (/v1/completions) or chat (/v1/chat/completions) (default completions)"))
+    concurrency: int | None = field(default=None, metadata=_opt(
+        "mode serve: users in a closed loop; with request_rate, the most requests in flight (default 1 without a "
+        "rate)"))
+    request_rate: float | None = field(default=None, metadata=_opt(
+        "mode serve: requests/s of an open-loop arrival process (gamma gaps, see burstiness); empty: closed loop"))
+    burstiness: float | None = field(default=None, metadata=_opt(
+        "mode serve with request_rate: the gamma shape of the gaps, 1 = Poisson, < 1 burstier (default 1)"))
+    request_timeout_s: float | None = field(default=None, metadata=_opt(
+        "mode serve: a request fails when no chunk arrives for this many seconds (default 120)"))
+    server_timeout_s: float | None = field(default=None, metadata=_opt(
+        "mode serve: how long a started server may take to become healthy (default 600)"))
+    slo_ttft_ms: float | None = field(default=None, metadata=_opt(
+        "mode serve: p99 time-to-first-token bound of the SLO, ms (default 500: MLPerf Llama-3.1-8B interactive)"))
+    slo_tpot_ms: float | None = field(default=None, metadata=_opt(
+        "mode serve: p99 time-per-output-token bound of the SLO, ms (default 30: MLPerf Llama-3.1-8B interactive)"))
+    max_error_rate: float | None = field(default=None, metadata=_opt(
+        "mode serve: stop a point when more than this fraction of its requests failed (default 0.5)"))
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -222,6 +259,7 @@ def _validate(cfg: BenchConfig) -> None:
     if cfg.rdzv_endpoint and not _is_endpoint(cfg.rdzv_endpoint):
         raise ConfigError("rdzv_endpoint", f"must be host:port, got {cfg.rdzv_endpoint!r}")
 
+    validate_serving(cfg)
     spec = resolve_model(as_str("model", cfg.model))
     cfg.model = spec.name
     cfg.width = as_int("width", cfg.width, minimum=1, optional=True)
