@@ -74,9 +74,12 @@ class Engine:
 
 _LISTEN = ("--host", "{host}", "--port", "{port}")
 ENGINES: dict[str, Engine] = {e.name: e for e in (
+    # The KV cache is bounded (64 pages of 256 tokens, batches of at most 2048 tokens): left to size
+    # itself, transformers serve takes 60 % of the host's free RAM on CPU (13 GB here: OOM-killed on a
+    # shared machine). server_args given after these win.
     Engine("transformers", "Hugging Face `transformers serve` with continuous batching (CPU or GPU)",
            ("python", "-m", "transformers.cli.transformers", "serve", "{model}", "--continuous-batching",
-            *_LISTEN), package="transformers"),
+            "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048", *_LISTEN), package="transformers"),
     Engine("vllm", "vLLM's OpenAI-compatible server (`vllm serve`)",
            ("vllm", "serve", "{model}", *_LISTEN), extra_fields=("ignore_eos", "min_tokens"),
            dummy_weights=("--load-format", "dummy"), package="vllm", version_path="/version"),

@@ -37,7 +37,12 @@ class Server:
         return self.child.stop() if self.child else 0
 
     def log_tail(self, lines: int = TAIL_SHOWN) -> str:
-        return " | ".join(line.strip() for line in list(self.child.tail)[-lines:] if line.strip()) if self.child else ""
+        """The log's last lines on one line; the last line that says 'error' first, when it is
+        further up (a launcher's usage text follows its error)."""
+        kept = [line.strip() for line in (self.child.tail if self.child else []) if line.strip()]
+        shown = kept[-lines:]
+        errors = [line for line in kept[:-lines] if "error" in line.lower()]
+        return " | ".join(errors[-1:] + (["..."] if errors else []) + shown)
 
     def __enter__(self) -> "Server":
         return self
@@ -46,7 +51,7 @@ class Server:
         self.stop()
 
 
-def attach(url: str, engine: Engine, limit_s: float = 10.0) -> Server:
+def attach(url: str, engine: Engine, limit_s: float = 3.0) -> Server:
     """A server someone else started: it must answer its health path within `limit_s`."""
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
