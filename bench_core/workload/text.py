@@ -95,12 +95,12 @@ class TextTask(Task):
         if cfg.channels_last:
             raise ConfigError("channels_last", f"applies to image models only; {spec.name} is {self.description}")
         limit, where = spec.builder.max_positions, spec.builder.limit_name
-        if cfg.mode == "generate":
+        if cfg.mode in ("generate", "serve"):  # serve: a request's prompt and output, as in generate
             if cfg.seq_len is not None:
-                raise ConfigError("seq_len", "with mode generate a sequence is prompt_len + new_tokens: give those "
+                raise ConfigError("seq_len", f"with mode {cfg.mode} a sequence is prompt_len + new_tokens: give those "
                                              "instead")
             if cfg.compile != "off":
-                raise ConfigError("compile", "not with mode generate: transformers' dynamic KV cache changes shape at "
+                raise ConfigError("compile", f"not with mode {cfg.mode}: transformers' dynamic KV cache changes shape at "
                                              "every token, so a compiled model would recompile inside the timed "
                                              "window; allowed: off")
             cfg.prompt_len = cfg.prompt_len or PROMPT_LEN
@@ -123,12 +123,12 @@ class TextTask(Task):
         return f"seq {spec.builder.default_seq_len}"
 
     def sample_shape(self, cfg) -> str:
-        if cfg.mode == "generate":
+        if cfg.mode in ("generate", "serve"):
             return f"prompt {cfg.prompt_len} + {cfg.new_tokens} new tokens"
         return f"{cfg.seq_len} tokens"
 
     def input_text(self, cfg) -> str:
-        return f"prompt {cfg.prompt_len} + {cfg.new_tokens} new" if cfg.mode == "generate" else f"seq {cfg.seq_len}"
+        return f"prompt {cfg.prompt_len} + {cfg.new_tokens} new" if cfg.mode in ("generate", "serve") else f"seq {cfg.seq_len}"
 
     def tokens_per_sample(self, cfg) -> int:
         return cfg.new_tokens if cfg.mode == "generate" else cfg.seq_len
@@ -180,7 +180,7 @@ class TextTask(Task):
 # ...ForConditionalGeneration class names its own.
 MASKED_LM = TextTask("masked-lm", "AutoModelForMaskedLM", ("train", "infer"), "an encoder (masked language model)",
                      loss_type="ForMaskedLM", masked=True)
-CAUSAL_LM = TextTask("causal-lm", "AutoModelForCausalLM", ("train", "infer", "generate"),
+CAUSAL_LM = TextTask("causal-lm", "AutoModelForCausalLM", ("train", "infer", "generate", "serve"),
                      "a decoder (causal language model)", loss_type="ForCausalLM")
 SEQ2SEQ_LM = TextTask("seq2seq-lm", "AutoModelForSeq2SeqLM", ("train", "infer", "generate"),
                       "an encoder-decoder (sequence-to-sequence language model)", encoder_decoder=True)
