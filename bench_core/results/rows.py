@@ -24,7 +24,9 @@ from bench_core.config.schema import BenchConfig
 #    indices_per_lookup, zipf_exponent, embedding_table_bytes, embedding_bytes_per_s, mfu_note; diffusion
 #    and speech workloads: latent_size, denoise_steps, audio_frames, denoise_steps_per_s, images_per_s,
 #    audio_s_per_s, diffusers_version
-SCHEMA_VERSION = 5
+# 6: the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training (parallelism, tp_degree,
+#    activation_checkpointing, mesh_shape, mixed_precision, warmup_losses)
+SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -129,6 +131,23 @@ _MEASURED = [
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
     ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),
+    ("mem_estimate_bytes", "bytes one rank was estimated to need before anything was allocated: parameters "
+                           "(counted on the meta device), for training gradients, optimizer state (sgd 1, adam and "
+                           "adamw 2 per parameter, in its dtype), DDP's gradient buckets and the activations where "
+                           "the task states them, divided as the parallelism divides them (see mem_estimate); "
+                           "compare with peak_mem_allocated_bytes (CUDA) or peak_rss_bytes (CPU: it also counts "
+                           "the process's libraries)"),
+    ("mem_estimate", "the estimate's terms in GiB and how each was found"),
+    ("mem_before_build_bytes", "memory in use just before the model was built, what the peak columns count from: "
+                               "torch's allocated bytes (CUDA), the process's RSS (CPU); the peak minus this is "
+                               "what the run added, to set beside mem_estimate_bytes"),
+    ("mesh_shape", "the device mesh of a multi-process run: dp_replicate=N (DDP), dp_shard=N (FSDP), "
+                   "dp_replicate=R x dp_shard=S (HSDP), dp_shard=S x tp=T (FSDP with tensor parallel)"),
+    ("mixed_precision", "how a multi-process training run holds and reduces parameters and gradients: FSDP's "
+                        "MixedPrecisionPolicy (bf16 parameters, fp32 reductions), a pure cast, autocast or none"),
+    ("warmup_losses", "train: the loss of each untimed step before the window (first step, FLOP-count step, "
+                      "warm-up), averaged over the ranks: a sharded run's agree with one process's on the same "
+                      "seed and global batch"),
     ("window_peak_rss_bytes", "largest RSS sampled during the timed window (telemetry)"),
     ("loss_final", "last loss of the window (train)"),
     ("loss_finite", "the last loss / output of the window was finite"),

@@ -1,1 +1,2 @@
-"""One configuration in this process: the session, its timed window, profiling, the DDP worker side."""
+"""One configuration in this process: the session, its timed window, profiling, the memory estimate, the
+DDP and sharded (FSDP2, tensor parallel, activation checkpointing) worker side."""

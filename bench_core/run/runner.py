@@ -19,7 +19,7 @@ from bench_core.devices import Backend, numerics_state, resolve_device, restore_
 from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import ddp, profiling
+from bench_core.run import ddp, memory_estimate, profiling, sharding
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -169,12 +169,15 @@ class Session:
     def _build(self) -> bool:
         cfg, run, backend, precision, ctx = self.cfg, self.run, self.backend, self.precision, self.ctx
         device = backend.device
-        torch.manual_seed(cfg.seed)
         self._apply_knobs()
         self.spec = spec = resolve_model(cfg.model)
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
-        _check_fits(task.memory_needed(cfg), backend)
+        needed = memory_estimate.estimate(task, spec, cfg, precision)  # on the meta device: nothing allocated
+        run.update(needed.columns() if needed else {})
+        memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
+        run["mem_before_build_bytes"] = backend.in_use_bytes()
+        torch.manual_seed(cfg.seed)
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
             model = spec.build(cfg).to(device)
         run["params_count"] = count_parameters(model)  # every later row of this run carries it
@@ -188,9 +191,11 @@ class Session:
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train(cfg.mode == "train")
-        workload = task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank)
+        # Tensor-parallel peers share a batch: the workload's part of the global batch is the data-parallel rank's.
+        workload = task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank // cfg.tp_degree)
         run["input_shape"] = task.sample_shape(cfg)
-        model = ddp.wrap(model, device, cfg.mode)
+        model, facts, precision = sharding.wrap(model, task, cfg, precision, device)
+        run.update(facts)
 
         eager_step, self.last = _make_step(cfg, model, workload, precision, device)
         self.step = eager_step
@@ -201,21 +206,26 @@ class Session:
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up")
         backend.reset_peak_memory()
         first_s = time_one(self.step, backend)
+        losses = [self._loss()]
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
         counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        losses.append(self._loss())
         # With compile on, the eager step has its own optimizer: once counted, drop it, or its
         # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
         del eager_step
         warm_start = time.perf_counter()
         for _ in range(max(cfg.warmup_steps - 1, 0)):
             self.step()
+            losses.append(self._loss())
         backend.synchronize()
         run["warmup_s"] = time.perf_counter() - warm_start
+        if cfg.mode == "train":  # each rank's loss is of its part of the global batch: the mean is the batch's
+            run["warmup_losses"] = " ".join(f"{loss:.9g}" for loss in ddp.mean_over_ranks(losses))
         per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
         self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
         run.update(workload.facts)  # what the workload learnt in its first steps (a KV cache's size)
-        run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * ctx.world_size,
+        run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * (ctx.world_size // cfg.tp_degree),
                    **_flops_fields(counted, formula, cfg.batch_size, run.get("attn_implementation")))
         return True
 
@@ -244,6 +254,12 @@ class Session:
                       f"{row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
         return row
 
+    def _loss(self) -> float:
+        """The last step's loss (train), read outside any timed window: the warm-up's losses show that
+        a sharded run computes what one process computes."""
+        tensor = first_tensor(self.last[0]) if self.cfg.mode == "train" else None
+        return float(tensor.detach().float()) if tensor is not None and tensor.numel() == 1 else float("nan")
+
     def _guarded(self, method, *args):
         try:
             return method(*args)
@@ -251,16 +267,6 @@ class Session:
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = failure_row(self.run, status, error_message(exc))
             return None
-
-
-def _check_fits(needed: tuple[int, str] | None, backend: Backend) -> None:
-    """MemoryError (an `oom` row) when what the model needs at least exceeds the device's free memory,
-    before allocating any of it: on Linux a CPU allocation beyond what is free can succeed (overcommit),
-    and the OOM killer then ends the process as its pages are touched, leaving no row at all."""
-    free = backend.free_memory_bytes() if needed else None
-    if free is not None and needed[0] > free:
-        raise MemoryError(f"{needed[1]} need {needed[0] / 2**30:.4g} GiB; {backend.device} has "
-                          f"{free / 2**30:.4g} GiB free")
 
 
 def _all_ranks_memory(stats: dict, ctx) -> dict:

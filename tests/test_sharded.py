@@ -1,0 +1,186 @@
+"""Sharded training on CPU over gloo, and the memory a configuration needs said before it is built: FSDP2,
+tensor parallel and activation checkpointing compute what one process computes, a model too large for
+memory is an oom row, and bad sharding input is one line naming the field."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench_core import BenchConfig, ConfigError, run_benchmark
+from bench_core.launch import torchrun
+from bench_core.run import memory_estimate
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import resolve_precision
+from conftest import bench_here
+
+# A tiny Llama (2 blocks, 8 query / 2 key-value heads) trained 4 untimed steps (first, FLOP count, 2 warm-up)
+# and 2 timed ones, on a global batch of 4 sequences of 16 tokens.
+LLAMA = dict(model="llama-tiny", seq_len=16, steps=2, warmup_steps=3, repeats=1, min_seconds=0, device="cpu",
+             dist_timeout_s=60)
+GLOBAL_BATCH = 4
+# The loss of each untimed step of a sharded run against one process's, relative: the same sums in another
+# order (FSDP's reduce-scatter, tensor parallel's split matmuls and all-reduce) differ at float32 rounding.
+LOSS_TOLERANCE = 1e-4
+# A 405B-parameter Llama (Llama 3.1 405B's shape): 1.5 TiB of float32 parameters.
+HUGE_LLAMA = {"model_type": "llama", "hidden_size": 16384, "num_hidden_layers": 126, "num_attention_heads": 128,
+              "num_key_value_heads": 8, "intermediate_size": 53248, "vocab_size": 128256}
+
+
+def llama(**changes) -> BenchConfig:
+    return BenchConfig(**{**LLAMA, **changes})
+
+
+def losses(row) -> list[float]:
+    assert row["status"] == "ok", row["message"]
+    return [float(x) for x in row["warmup_losses"].split()]
+
+
+@pytest.fixture(scope="module")
+def one_process():
+    (row,) = run_benchmark(llama(batch_size=GLOBAL_BATCH))
+    return row
+
+
+def _two_processes(tmp_path_factory, **changes) -> dict:
+    os.environ[torchrun.WORKDIR_ENV] = str(tmp_path_factory.mktemp("sharded"))
+    try:
+        (row,) = run_benchmark(llama(nproc_per_node=2, **changes))
+    finally:
+        del os.environ[torchrun.WORKDIR_ENV]
+    return row
+
+
+@pytest.fixture(scope="module")
+def fsdp(tmp_path_factory):
+    return _two_processes(tmp_path_factory, parallelism="fsdp", batch_size=GLOBAL_BATCH // 2)
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel(tmp_path_factory):
+    # Both ranks split every block and share one batch: the data-parallel degree is 1.
+    return _two_processes(tmp_path_factory, parallelism="fsdp-tp", tp_degree=2, batch_size=GLOBAL_BATCH)
+
+
+@pytest.mark.slow
+def test_two_process_fsdp_trains_as_one_process_does(fsdp, one_process):
+    reference = losses(one_process)
+    assert len(reference) == 4 and reference[-1] < reference[0]  # it trains
+    assert losses(fsdp) == pytest.approx(reference, rel=LOSS_TOLERANCE)
+
+
+@pytest.mark.slow
+def test_the_fsdp_row_has_tokens_per_second_mfu_the_mesh_and_memory_per_rank(fsdp):
+    assert (fsdp["parallelism"], fsdp["mesh_shape"], fsdp["world_size"], fsdp["global_batch_size"]) == \
+        ("fsdp", "dp_shard=2", 2, GLOBAL_BATCH)
+    assert fsdp["tokens_per_s"] == pytest.approx(fsdp["samples_per_s"] * 16) and fsdp["tokens_per_s"] > 0
+    assert 0 < fsdp["mfu"] <= 1
+    assert fsdp["mixed_precision"] == "none: fp32 parameters, compute and reductions"
+    assert fsdp["peak_rss_bytes"] > fsdp["mem_before_build_bytes"] > 0  # the larger rank's
+    assert "fsdp over 2" in fsdp["mem_estimate"]
+
+
+@pytest.mark.slow
+def test_the_fsdp_estimate_is_half_the_one_process_state(fsdp, one_process):
+    # Parameters, gradients and momentum are split in two; activations follow the batch per rank (halved too).
+    assert fsdp["mem_estimate_bytes"] == pytest.approx(one_process["mem_estimate_bytes"] / 2, rel=0.01)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_on_two_processes_trains_as_one_process_does(tensor_parallel, one_process):
+    assert (tensor_parallel["mesh_shape"], tensor_parallel["global_batch_size"]) == ("dp_shard=1 x tp=2", GLOBAL_BATCH)
+    assert losses(tensor_parallel) == pytest.approx(losses(one_process), rel=LOSS_TOLERANCE)
+    assert tensor_parallel["mem_estimate_bytes"] < one_process["mem_estimate_bytes"]
+
+
+@pytest.mark.parametrize("kind", ["full", "selective"])
+def test_activation_checkpointing_recomputes_the_same_loss_and_is_estimated_smaller(kind, one_process):
+    (row,) = run_benchmark(llama(batch_size=GLOBAL_BATCH, activation_checkpointing=kind))
+    assert losses(row) == pytest.approx(losses(one_process), rel=LOSS_TOLERANCE)
+    assert row["activation_checkpointing"] == kind and row["mem_estimate_bytes"] < one_process["mem_estimate_bytes"]
+
+
+# -- memory before running --------------------------------------------------------------------
+
+def _estimate(**changes):
+    cfg = BenchConfig(**{"model": "llama-8b", "precision": "amp-bf16", "optimizer": "adamw", "batch_size": 1,
+                         "seq_len": 2048, "device": "cuda", **changes})
+    spec = resolve_model(cfg.model)
+    return memory_estimate.estimate(spec.task, spec, cfg, resolve_precision(cfg.precision))
+
+
+def test_llama_8b_does_not_fit_one_80_gb_gpu_with_ddp_and_fits_eight_with_fsdp():
+    alone, sharded = _estimate(), _estimate(nproc_per_node=8, parallelism="fsdp")
+    gib = 2**30
+    # 8.03e9 parameters x 16 bytes (fp32 weights and gradients, AdamW's two fp32 moments): 120 GiB
+    assert alone.parameters + alone.gradients + alone.optimizer == pytest.approx(8.03e9 * 16, rel=0.01)
+    assert alone.total > 80e9 and sharded.total < 80e9
+    assert sharded.parameters == pytest.approx(alone.parameters / 8, rel=0.01)
+    assert f"= {sharded.total / gib:.4g} GiB per rank" in sharded.text() and "fsdp over 8" in sharded.text()
+
+
+def test_a_model_of_hundreds_of_billions_of_parameters_is_an_oom_row_before_it_is_built(tmp_path, capsys):
+    config = tmp_path / "llama-405b.json"
+    config.write_text(json.dumps(HUGE_LLAMA))
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--model", f"hf:{config}", "--seq-len", "16", "--batch-size", "1", "--steps", "1",
+                      "--warmup-steps", "1", "--repeats", "1", "--device", "cpu", "--out", str(out), "-q")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    row = json.loads(next((out / "runs").iterdir()).joinpath("rows.json").read_text())[0]
+    assert row["status"] == "oom" and row["params_count"] is None  # never built
+    assert row["mem_estimate_bytes"] > 405e9 * 4 * 3  # parameters, gradients, momentum
+    assert row["message"].startswith("MemoryError: estimate: parameters 1512 + gradients 1512 + optimizer state 1512")
+    assert "GiB per rank" in row["message"] and " GiB free" in row["message"]
+
+
+# The measured peak (RSS in a fresh process, minus the RSS before the build) against the estimate: the
+# process's RSS also holds code loaded on the first step and memory the allocator keeps.
+ESTIMATE_MARGIN = (0.7, 1.6)
+
+
+@pytest.mark.slow
+def test_the_estimate_stands_beside_the_measured_peak_within_its_margin(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "bench_core", "run", "--model", "llama-tiny", "--seq-len", "128",
+                           "--batch-size", "4", "--steps", "2", "--warmup-steps", "1", "--repeats", "1",
+                           "--min-seconds", "0", "--device", "cpu", "--out", str(tmp_path), "--json", "-q"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout)
+    added = row["peak_rss_bytes"] - row["mem_before_build_bytes"]
+    low, high = ESTIMATE_MARGIN
+    assert low * row["mem_estimate_bytes"] <= added <= high * row["mem_estimate_bytes"], row["mem_estimate"]
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, field, words", [
+    (dict(parallelism="fsdp-tp", tp_degree=4, nproc_per_node=2), "tp_degree", "larger than the 2 process(es)"),
+    (dict(parallelism="fsdp-tp", tp_degree=2, nproc_per_node=3), "tp_degree", "2 does not divide the 3 processes"),
+    (dict(parallelism="fsdp-tp", tp_degree=4, nproc_per_node=4), "tp_degree",
+     "4 does not divide llama-tiny's 2 key/value heads"),
+    (dict(parallelism="fsdp", model="resnet18", seq_len=None), "parallelism", "works per transformer block; resnet18"),
+    (dict(activation_checkpointing="full", model="resnet18", seq_len=None), "activation_checkpointing",
+     "declares none"),
+    (dict(parallelism="fsdp-tp", tp_degree=2, nproc_per_node=2, model="gpt2"), "parallelism",
+     "no tensor-parallel plan for gpt2"),
+    (dict(parallelism="fsdp", precision="amp-fp16"), "precision", "amp-fp16 with fsdp is not run here"),
+    (dict(parallelism="hsdp", nproc_per_node=2), "parallelism", "needs nnodes >= 2"),
+    (dict(parallelism="fsdp", mode="infer"), "parallelism", "applies to mode train only"),
+    (dict(tp_degree=2, nproc_per_node=2), "tp_degree", "applies to parallelism fsdp-tp only"),
+])
+def test_bad_sharding_input_names_the_field(changes, field, words):
+    with pytest.raises(ConfigError) as caught:
+        llama(batch_size=2, **changes)
+    assert caught.value.field == field and words in str(caught.value)
+
+
+def test_bad_sharding_input_on_the_command_line_is_one_line_exit_2_nothing_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--model", "llama-tiny", "--parallelism", "fsdp-tp", "--tp-degree", "3",
+                      "--nproc-per-node", "2", "--device", "cpu", "--out", str(out))
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "tp_degree" in done.stderr
+    assert not out.exists()
+    helped = bench_here(capsys, "run", "--help").stdout
+    for words in ("fsdp (FSDP2 fully_shard per transformer", "hsdp", "fsdp-tp (a 2-D mesh", "selective"):
+        assert words in " ".join(helped.split()), words
