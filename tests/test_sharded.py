@@ -3,14 +3,17 @@ tensor parallel and activation checkpointing compute what one process computes, 
 memory is an oom row, and bad sharding input is one line naming the field."""
 import json
 import os
+import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
+import psutil
 import pytest
 
 from bench_core import BenchConfig, ConfigError, run_benchmark
 from bench_core.launch import torchrun
-from bench_core.run import memory_estimate
+from bench_core.run import ddp, memory_estimate
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
 from conftest import bench_here
@@ -184,3 +187,43 @@ def test_bad_sharding_input_on_the_command_line_is_one_line_exit_2_nothing_writt
     helped = bench_here(capsys, "run", "--help").stdout
     for words in ("fsdp (FSDP2 fully_shard per transformer", "hsdp", "fsdp-tp (a 2-D mesh", "selective"):
         assert words in " ".join(helped.split()), words
+
+
+# -- two nodes, and a rank that dies ------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _leftovers(marker) -> list:
+    """Processes still alive that name the test's folder (torchrun workers run in their own sessions)."""
+    found = [p for p in psutil.process_iter(["cmdline"])
+             if str(marker) in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()]
+    return [p for p in found if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.slow
+def test_two_torchruns_as_two_nodes_train_with_fsdp_as_one_process_does(tmp_path, one_process):
+    endpoint = f"127.0.0.1:{_free_port()}"
+    node = llama(nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint, parallelism="fsdp", batch_size=GLOBAL_BATCH // 2,
+                 num_threads=1)
+    with ThreadPoolExecutor(2) as pool:  # each launch runs its own torchrun, as on two machines
+        futures = {rank: pool.submit(torchrun.launch, node.replace(node_rank=rank), workdir=tmp_path) for rank in (1, 0)}
+        node_rows = {rank: future.result() for rank, future in futures.items()}
+    assert node_rows[1] == []  # only node 0 returns (and writes) rows
+    (row,) = node_rows[0]
+    assert (row["mesh_shape"], row["nnodes"], row["rank_devices"].count("@")) == ("dp_shard=2", 2, 2)
+    assert losses(row) == pytest.approx(losses(one_process), rel=LOSS_TOLERANCE)
+    assert not _leftovers(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_mid_step_under_fsdp_is_a_failure_row_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(ddp.FAULT_ENV, "exit-rank-1")  # a hard death at rank 1's first forward pass
+    monkeypatch.setenv(torchrun.WORKDIR_ENV, str(tmp_path))
+    (row,) = run_benchmark(llama(nproc_per_node=2, parallelism="fsdp", batch_size=2, dist_timeout_s=10))
+    assert row["status"] == "error" and "rank 1 of 2 exited with code 17" in row["message"]
+    assert (row["parallelism"], row["world_size"]) == ("fsdp", 2)
+    assert not _leftovers(tmp_path)
