@@ -53,7 +53,8 @@ class BenchConfig:
         "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder) or generate (text "
         "decoders, speech: a prompt, then new_tokens tokens with the KV cache)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
-        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
+        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast), fp8-tensorwise / "
+        "fp8-rowwise (training transformers: torchao float8 linear layers, the rest amp-bf16; CUDA 8.9+)"))
     batch_size: int | str = field(default=16, metadata=_opt(
         "samples per device per step, or max: the largest that fits, found first by an explicit, recorded "
         "search (bench find-batch; each probe in a fresh process)"))

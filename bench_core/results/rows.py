@@ -25,7 +25,8 @@ from bench_core.config.schema import BenchConfig
 #    and speech workloads: latent_size, denoise_steps, audio_frames, denoise_steps_per_s, images_per_s,
 #    audio_s_per_s, diffusers_version
 # 6: the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training (parallelism, tp_degree,
-#    activation_checkpointing, mesh_shape, mixed_precision, warmup_losses)
+#    activation_checkpointing, mesh_shape, mixed_precision, warmup_losses); fp8: float8_linears, mfu_bf16_peak,
+#    peak_tflops_bf16
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -141,6 +142,8 @@ _MEASURED = [
     ("mem_before_build_bytes", "memory in use just before the model was built, what the peak columns count from: "
                                "torch's allocated bytes (CUDA), the process's RSS (CPU); the peak minus this is "
                                "what the run added, to set beside mem_estimate_bytes"),
+    ("float8_linears", "fp8 precisions: linear layers torchao converted to float8 training (both dimensions divisible "
+                       "by 16; the output layer stays bf16)"),
     ("mesh_shape", "the device mesh of a multi-process run: dp_replicate=N (DDP), dp_shard=N (FSDP), "
                    "dp_replicate=R x dp_shard=S (HSDP), dp_shard=S x tp=T (FSDP with tensor parallel)"),
     ("mixed_precision", "how a multi-process training run holds and reduces parameters and gradients: FSDP's "
@@ -191,6 +194,9 @@ _EFFICIENCY = [
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),
     ("mfu", "achieved_tflops / (peak_tflops x world_size); empty when above 1 (see mfu_rejected) or where the task "
             "says MFU does not apply (mfu_note)"),
+    ("mfu_bf16_peak", "fp8 rows: achieved_tflops / (the BF16 dense peak x world_size), beside mfu (against the FP8 "
+                      "dense peak): the field disagrees which peak fp8 MFU divides by, so both are stated"),
+    ("peak_tflops_bf16", "fp8 rows: the BF16 dense peak TFLOP/s per device that mfu_bf16_peak divides by"),
     ("mfu_note", "why mfu is empty by the task's own account (recommendation: memory-bound embedding lookups "
                  "have almost no FLOPs; see embedding_bytes_per_s)"),
     ("mfu_rejected", "an MFU above 1, not shown as mfu: the peak it divides by is too low (flagged)"),

@@ -19,7 +19,7 @@ from bench_core.devices import Backend, numerics_state, resolve_device, restore_
 from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import ddp, memory_estimate, profiling, sharding
+from bench_core.run import ddp, float8, memory_estimate, profiling, sharding
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -194,6 +194,7 @@ class Session:
         # Tensor-parallel peers share a batch: the workload's part of the global batch is the data-parallel rank's.
         workload = task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank // cfg.tp_degree)
         run["input_shape"] = task.sample_shape(cfg)
+        run.update(float8.convert(model, precision))  # before tensor parallel and FSDP wrap its linear layers
         model, facts, precision = sharding.wrap(model, task, cfg, precision, device)
         run.update(facts)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from bench_core.errors import ConfigError
+from bench_core.workload.precision import resolve_precision
 
 # Every config field that shapes an input, and what it applies to: a field set for a model whose
 # task does not read it is refused with this text.
@@ -60,6 +61,11 @@ class Task:
         if cfg.mode not in self.modes:
             raise ConfigError("mode", f"{cfg.mode} does not apply to {spec.name}, {described}; "
                                       f"allowed: {', '.join(self.modes)}")
+        float8 = resolve_precision(getattr(cfg, "precision", "fp32")).float8_recipe
+        if float8 and not (self.has_transformer_blocks and cfg.mode == "train"):
+            raise ConfigError("precision", f"{cfg.precision} is float8 training of a transformer's linear layers "
+                                           f"(torchao); {spec.name} is {described}, in mode {cfg.mode}: allowed for "
+                                           "it: fp32, tf32, fp16, bf16, amp-fp16, amp-bf16")
         if not self.has_transformer_blocks:
             for name, plain in (("parallelism", "ddp"), ("activation_checkpointing", "none")):
                 if getattr(cfg, name, plain) != plain:
