@@ -227,3 +227,20 @@ def test_a_rank_that_dies_mid_step_under_fsdp_is_a_failure_row_naming_it(tmp_pat
     assert row["status"] == "error" and "rank 1 of 2 exited with code 17" in row["message"]
     assert (row["parallelism"], row["world_size"]) == ("fsdp", 2)
     assert not _leftovers(tmp_path)
+
+
+def test_the_llm_training_sweep_asks_for_configurations_an_80_gb_gpu_holds():
+    import itertools
+    from pathlib import Path
+
+    from bench_core.config.schema import load_yaml_mapping
+    from bench_core.config.sweepfile import grids
+    data = load_yaml_mapping(Path(__file__).parents[1] / "params" / "llm-training.yaml")
+    configs = [BenchConfig(**{**data["settings"], **dict(zip(grid, values))})
+               for grid in grids(data["grid"], BenchConfig.field_names()) for values in itertools.product(*grid.values())]
+    assert {(c.model, c.parallelism, c.precision, c.compile, c.world_size) for c in configs} == {
+        ("llama-8b", "fsdp", "amp-bf16", "off", 8), ("llama-8b", "fsdp", "amp-bf16", "default", 8),
+        ("llama-8b", "fsdp", "fp8-tensorwise", "default", 8), ("llama-1b", "ddp", "amp-bf16", "off", 1)}
+    for cfg in configs:  # the device is only named here (no GPU): the estimate is from the configuration alone
+        spec = resolve_model(cfg.model)
+        assert memory_estimate.estimate(spec.task, spec, cfg, resolve_precision(cfg.precision)).total < 80 * 2**30

@@ -25,7 +25,7 @@ from bench_core.config.schema import BenchConfig
 #    and speech workloads: latent_size, denoise_steps, audio_frames, denoise_steps_per_s, images_per_s,
 #    audio_s_per_s, diffusers_version
 # 6: the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training (parallelism, tp_degree,
-#    activation_checkpointing, mesh_shape, mixed_precision, warmup_losses); fp8: float8_linears, mfu_bf16_peak,
+#    activation_checkpointing, mesh_shape, mixed_precision, warmup_losses, throughput_per_device); fp8: float8_linears, mfu_bf16_peak,
 #    peak_tflops_bf16
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
@@ -93,6 +93,8 @@ _MEASURED = [
                       "seconds; in generate, of whole transcriptions (encoder and new_tokens tokens: the inverse "
                       "real-time factor)"),
     ("samples_per_s_per_device", "samples_per_s / world_size"),
+    ("throughput_per_device", "throughput / world_size: the rate per device in throughput_unit (tokens/s per GPU, as "
+                              "torchtitan reports)"),
     ("batches_per_s", "timed steps x world size / timed seconds"),
     ("mpx_per_s", "width x height x global batch x steps / (seconds x 1e6); 2D models"),
     ("mvox_per_s", "depth x height x width x global batch x steps / (seconds x 1e6); 3D models"),
@@ -236,7 +238,8 @@ _ENVIRONMENT = [
 
 # What identifies a workload: the same workload on two machines is comparable. A configuration
 # is a workload on one machine (machine_label): the report's tables and summary.csv group by both.
-WORKLOAD = ("model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last")
+WORKLOAD = ("model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last",
+            "parallelism", "tp_degree", "activation_checkpointing")
 
 
 def machine_label(row: dict) -> str:

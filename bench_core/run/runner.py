@@ -372,6 +372,7 @@ def _throughput(cfg, task: Task, window: Window, global_batch: int, world_size: 
         "timed_steps": window.steps, "timed_s": seconds,
         "samples_per_s": samples / seconds, "throughput": task.throughput(cfg, samples / seconds),
         "samples_per_s_per_device": samples / seconds / world_size,
+        "throughput_per_device": task.throughput(cfg, samples / seconds) / world_size,
         "batches_per_s": window.steps * world_size / seconds,
         **task.throughput_columns(cfg, samples / seconds),
         "s_per_iter": seconds / window.steps,
