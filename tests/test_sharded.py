@@ -106,21 +106,21 @@ def test_activation_checkpointing_recomputes_the_same_loss_and_is_estimated_smal
 
 # -- memory before running --------------------------------------------------------------------
 
-def _estimate(**changes):
-    cfg = BenchConfig(**{"model": "llama-8b", "precision": "amp-bf16", "optimizer": "adamw", "batch_size": 1,
-                         "seq_len": 2048, "device": "cuda", **changes})
-    spec = resolve_model(cfg.model)
-    return memory_estimate.estimate(spec.task, spec, cfg, resolve_precision(cfg.precision))
+LLAMA_8B = ["memory", "--model", "llama-8b", "--precision", "amp-bf16", "--optimizer", "adamw", "--batch-size", "1",
+            "--seq-len", "2048", "--device", "cuda", "--device-memory-gib", "80", "--json"]
 
 
-def test_llama_8b_does_not_fit_one_80_gb_gpu_with_ddp_and_fits_eight_with_fsdp():
-    alone, sharded = _estimate(), _estimate(nproc_per_node=8, parallelism="fsdp")
-    gib = 2**30
-    # 8.03e9 parameters x 16 bytes (fp32 weights and gradients, AdamW's two fp32 moments): 120 GiB
-    assert alone.parameters + alone.gradients + alone.optimizer == pytest.approx(8.03e9 * 16, rel=0.01)
-    assert alone.total > 80e9 and sharded.total < 80e9
-    assert sharded.parameters == pytest.approx(alone.parameters / 8, rel=0.01)
-    assert f"= {sharded.total / gib:.4g} GiB per rank" in sharded.text() and "fsdp over 8" in sharded.text()
+def test_bench_memory_says_llama_8b_does_not_fit_one_80_gb_gpu_with_ddp_and_fits_eight_with_fsdp(capsys):
+    alone = bench_here(capsys, *LLAMA_8B)
+    sharded = bench_here(capsys, *LLAMA_8B, "--parallelism", "fsdp", "--nproc-per-node", "8")
+    assert (alone.returncode, sharded.returncode) == (1, 0)  # 1: it does not fit
+    alone, sharded = json.loads(alone.stdout), json.loads(sharded.stdout)
+    assert not alone["fits"] and sharded["fits"] and alone["limit_bytes"] == 80 * 2**30
+    # 8.03e9 parameters x 16 bytes (fp32 weights and gradients, AdamW's two fp32 moments): 120 GiB on one GPU,
+    # an eighth of it on each of eight, and the same activations beside both
+    state = 8.03e9 * 16 / 2**30
+    assert "parameters 29.9" in alone["estimate"] and "fsdp over 8" in sharded["estimate"]
+    assert alone["estimate_bytes"] - sharded["estimate_bytes"] == pytest.approx(state * 7 / 8 * 2**30, rel=0.01)
 
 
 def test_a_model_of_hundreds_of_billions_of_parameters_is_an_oom_row_before_it_is_built(tmp_path, capsys):
@@ -244,3 +244,29 @@ def test_the_llm_training_sweep_asks_for_configurations_an_80_gb_gpu_holds():
     for cfg in configs:  # the device is only named here (no GPU): the estimate is from the configuration alone
         spec = resolve_model(cfg.model)
         assert memory_estimate.estimate(spec.task, spec, cfg, resolve_precision(cfg.precision)).total < 80 * 2**30
+
+
+def test_the_scaling_table_draws_fsdp_apart_from_ddp(fsdp, tmp_path):
+    from bench_core import results, summary
+    (alone,) = run_benchmark(llama(parallelism="fsdp", batch_size=GLOBAL_BATCH // 2))  # FSDP on 1 process: the reference
+    results.write_run(tmp_path, "fsdp", [alone, fsdp])
+    (ddp_row,) = run_benchmark(llama(batch_size=GLOBAL_BATCH // 2))
+    results.write_run(tmp_path, "ddp", [ddp_row])
+    table = summary.scaling_table(summary.load_results([tmp_path]))
+    assert set(table["parallelism"]) == {"fsdp"} and sorted(table["world_size"]) == [1, 2]  # one curve, no DDP in it
+    assert table.loc[table["world_size"] == 1, "speedup"].iloc[0] == 1.0  # the 1-process FSDP row is the reference
+    assert table.loc[table["world_size"] == 2, "samples_per_s"].iloc[0] > 0  # (one repeat each: no interval)
+
+
+@pytest.mark.slow
+def test_hsdp_over_two_nodes_trains_as_one_process_does(tmp_path, one_process):
+    # one process a node: the mesh replicates across the nodes and shards (in one) within each
+    node = llama(nproc_per_node=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{_free_port()}", parallelism="hsdp",
+                 batch_size=GLOBAL_BATCH // 2, num_threads=1)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(torchrun.launch, node.replace(node_rank=rank), workdir=tmp_path) for rank in (1, 0)]
+        (row,) = [r for future in futures for r in future.result()]
+    assert (row["mesh_shape"], row["mixed_precision"]) == ("dp_replicate=2 x dp_shard=1",
+                                                          "none: fp32 parameters, compute and reductions")
+    assert losses(row) == pytest.approx(losses(one_process), rel=LOSS_TOLERANCE)
+    assert not _leftovers(tmp_path)

@@ -75,10 +75,11 @@ def wrap(model: torch.nn.Module, task, cfg, precision: Precision, device: torch.
         _tensor_parallel(lists, task.tensor_parallel_plan(model), mesh["tp"])
     if cfg.activation_checkpointing != "none":
         _checkpoint(lists, cfg.activation_checkpointing)
-    if layout.shard > 1:
+    sharded = layout.parallelism in ("fsdp", "hsdp", "fsdp-tp") and layout.replicate * layout.shard > 1
+    if sharded:  # (HSDP on one process per node still shards: its mesh's replicate dimension all-reduces)
         policy, facts["mixed_precision"], precision = _policy(precision)
         _fully_shard(model, lists, mesh, layout, policy)
-    if layout.shard > 1 or layout.tp > 1:  # no DDP on top: FSDP reduces the gradients, TP ranks share a batch
+    if sharded or layout.tp > 1:  # no DDP on top: FSDP reduces the gradients, TP ranks share a batch
         ddp.install_fault(model)
         return model, facts, precision
     return ddp.wrap(model, device, cfg.mode), facts, precision
