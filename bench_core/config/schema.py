@@ -22,6 +22,8 @@ from bench_core.workload.precision import resolve_precision
 MODES = ("train", "infer", "generate", "serve")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+PARALLELISMS = ("ddp", "fsdp", "hsdp", "fsdp-tp")
+CHECKPOINTING = ("none", "selective", "full")
 MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
 DEFAULT_MAX_BATCH = 4096     # the search's default cap
 SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
@@ -30,6 +32,8 @@ SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: p
 HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
                    "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames",
                    *SERVE_FIELDS)
+# Fields added later still whose default is not None: they count in the hash only when not at this default.
+HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none"}
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -53,7 +57,8 @@ class BenchConfig:
         "decoders, speech: a prompt, then new_tokens tokens with the KV cache) or serve (a causal LM behind a serving "
         "engine's OpenAI-compatible API, under load: docs/serving.md)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
-        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
+        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast), fp8-tensorwise / "
+        "fp8-rowwise (training transformers: torchao float8 linear layers, the rest amp-bf16; CUDA 8.9+)"))
     batch_size: int | str = field(default=16, metadata=_opt(
         "samples per device per step, or max: the largest that fits, found first by an explicit, recorded "
         "search (bench find-batch; each probe in a fresh process)"))
@@ -103,6 +108,21 @@ class BenchConfig:
     cudnn_benchmark: bool = field(default=True, metadata=_opt("set torch.backends.cudnn.benchmark"))
     num_threads: int = field(default=0, metadata=_opt("torch intra-op threads (0: torch's default)"))
     nproc_per_node: int = field(default=1, metadata=_opt("worker processes (devices) per node; >1 runs DDP via torchrun"))
+    parallelism: str = field(default="ddp", metadata=_opt(
+        "how training spreads over the processes: ddp (a whole replica of the model, its gradients and "
+        "optimizer state on every process; gradients all-reduced), fsdp (FSDP2 fully_shard per transformer "
+        "block, then the root: parameters, gradients and optimizer state split over all processes), hsdp "
+        "(FSDP2 sharded within a node, replicated across nodes; nnodes >= 2), fsdp-tp (a 2-D mesh: tensor "
+        "parallel over tp_degree processes inside each FSDP shard group; tp_degree = all processes is tensor "
+        "parallel alone). All but ddp apply to models that declare transformer blocks (text), in mode train",
+        choices=PARALLELISMS))
+    tp_degree: int = field(default=1, metadata=_opt(
+        "with parallelism fsdp-tp: processes each transformer block's matmuls are split over (it must divide "
+        "the processes and the model's query and key/value heads)"))
+    activation_checkpointing: str = field(default="none", metadata=_opt(
+        "train, models with transformer blocks: none (every activation kept for the backward), selective "
+        "(every second block recomputed in the backward, torchtitan's per-layer selective), full (every block "
+        "recomputed: only its input kept)", choices=CHECKPOINTING))
     nnodes: int = field(default=1, metadata=_opt("number of nodes in a multi-node run"))
     node_rank: int = field(default=0, metadata=_opt("this node's rank in a multi-node run"))
     rdzv_endpoint: str = field(default="", metadata=_opt("host:port of the c10d rendezvous (multi-node)"))
@@ -181,6 +201,9 @@ class BenchConfig:
         for name in HASHED_WHEN_SET:
             if values[name] is None:
                 values.pop(name)
+        for name, default in HASHED_WHEN_NOT.items():
+            if values[name] == default:
+                values.pop(name)
         blob = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -217,6 +240,8 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.mode = as_choice("mode", cfg.mode, MODES)
     cfg.compile = as_choice("compile", cfg.compile, COMPILE_MODES)
     cfg.optimizer = as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    cfg.parallelism = as_choice("parallelism", cfg.parallelism, PARALLELISMS)
+    cfg.activation_checkpointing = as_choice("activation_checkpointing", cfg.activation_checkpointing, CHECKPOINTING)
     cfg.precision = resolve_precision(as_str("precision", cfg.precision)).name
     cfg.device = validate_device_name(as_str("device", cfg.device))
     cfg.rdzv_endpoint = as_str("rdzv_endpoint", cfg.rdzv_endpoint)
@@ -234,6 +259,7 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.nproc_per_node = as_int("nproc_per_node", cfg.nproc_per_node, minimum=1)
     cfg.nnodes = as_int("nnodes", cfg.nnodes, minimum=1)
     cfg.node_rank = as_int("node_rank", cfg.node_rank, minimum=0)
+    cfg.tp_degree = as_int("tp_degree", cfg.tp_degree, minimum=1)
     cfg.min_seconds = as_float("min_seconds", cfg.min_seconds)
     cfg.dist_timeout_s = as_float("dist_timeout_s", cfg.dist_timeout_s, minimum=1.0)
     cfg.price_per_hour = as_float("price_per_hour", cfg.price_per_hour, optional=True)
@@ -258,6 +284,7 @@ def _validate(cfg: BenchConfig) -> None:
         raise ConfigError("rdzv_endpoint", "is required when nnodes > 1 (host:port reachable from every node)")
     if cfg.rdzv_endpoint and not _is_endpoint(cfg.rdzv_endpoint):
         raise ConfigError("rdzv_endpoint", f"must be host:port, got {cfg.rdzv_endpoint!r}")
+    _check_mesh(cfg)
 
     validate_serving(cfg)
     spec = resolve_model(as_str("model", cfg.model))
@@ -277,6 +304,33 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.denoise_steps = as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
     cfg.audio_frames = as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
+
+
+def _check_mesh(cfg: BenchConfig) -> None:
+    """The parallelism against the processes started; what the model takes is its task's check."""
+    sharded = cfg.parallelism != "ddp" or cfg.activation_checkpointing != "none"
+    if sharded and cfg.mode != "train":
+        name = "parallelism" if cfg.parallelism != "ddp" else "activation_checkpointing"
+        raise ConfigError(name, f"{getattr(cfg, name)} applies to mode train only (mode is {cfg.mode}); "
+                                f"allowed: {'ddp' if name == 'parallelism' else 'none'}")
+    if cfg.parallelism != "fsdp-tp":
+        if cfg.tp_degree != 1:
+            raise ConfigError("tp_degree", f"applies to parallelism fsdp-tp only (parallelism is {cfg.parallelism})")
+    elif cfg.tp_degree < 2:
+        raise ConfigError("tp_degree", "must be >= 2 with parallelism fsdp-tp (1 is fsdp)")
+    elif cfg.tp_degree > cfg.world_size:
+        raise ConfigError("tp_degree", f"a tensor-parallel mesh of {cfg.tp_degree} is larger than the "
+                                       f"{cfg.world_size} process(es) started (nproc_per_node x nnodes)")
+    elif cfg.world_size % cfg.tp_degree:
+        raise ConfigError("tp_degree", f"{cfg.tp_degree} does not divide the {cfg.world_size} processes "
+                                       "(nproc_per_node x nnodes)")
+    if cfg.parallelism != "ddp" and cfg.precision == "amp-fp16":
+        raise ConfigError("precision", f"amp-fp16 with {cfg.parallelism} is not run here: its loss scaling would have "
+                                       "to unscale sharded gradients; allowed: fp32, fp16, bf16, amp-bf16 (FSDP's "
+                                       "bf16 parameters with fp32 reductions, as torchtitan trains)")
+    if cfg.parallelism == "hsdp" and cfg.nnodes < 2:
+        raise ConfigError("parallelism", "hsdp shards within a node and replicates across nodes: it needs "
+                                         "nnodes >= 2; on one node use fsdp")
 
 
 def _is_endpoint(text: str) -> bool:
