@@ -14,6 +14,7 @@ ATEN_CPU_CAPABILITY can keep torch off instructions the CPU has. CUDA: compute c
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import platform
 from dataclasses import dataclass
@@ -98,6 +99,9 @@ def _cpu_flags() -> frozenset[str]:
 
 def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:
     facts = facts or cpu_facts()
+    if precision.float8_recipe:
+        return Support(UNSUPPORTED, f"{FLOAT8_NEEDS}; no CPU has float8 matrix units (torch's CPU float8 matmul is "
+                                    "a reference implementation: it would time an emulation)")
     if precision.tf32:
         return Support(UNSUPPORTED, "tf32 is a CUDA tensor-core mode; on cpu use fp32")
     dtype = precision.compute_dtype
@@ -131,6 +135,10 @@ def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:
 # in PyTorch's CI and a V100 (7.0) with cuBLAS 12.3+ (pytorch PR 115666). From 7.0 bf16 runs,
 # through fp32 math (emulated); below it every model with a linear layer fails, so it is refused.
 BF16_GEMM_MIN_CAPABILITY = (7, 0)
+# float8 matmuls (torch._scaled_mm, which torchao's float8 training calls) run on float8 tensor cores: Ada
+# (8.9), Hopper (9.0), Blackwell (10.0, 12.0). torchao is an optional dependency.
+FLOAT8_MIN_CAPABILITY = (8, 9)
+FLOAT8_NEEDS = "float8 training (torchao) needs an NVIDIA GPU of compute capability 8.9+ (Ada, Hopper, Blackwell)"
 
 
 def cuda_support(precision: Precision, capability: tuple[int, int], name: str) -> Support:
@@ -139,6 +147,12 @@ def cuda_support(precision: Precision, capability: tuple[int, int], name: str) -
     major, minor = capability
     cc = f"compute capability {major}.{minor}"
     dtype = precision.compute_dtype
+    if precision.float8_recipe:
+        if (major, minor) < FLOAT8_MIN_CAPABILITY:
+            return Support(UNSUPPORTED, f"{FLOAT8_NEEDS}; {name} is {major}.{minor}")
+        if importlib.util.find_spec("torchao") is None:
+            return Support(UNSUPPORTED, "float8 training needs torchao: pip install torchao (without changing torch)")
+        return Support(NATIVE, f"float8 e4m3 tensor cores ({cc}), torchao {precision.float8_recipe} scaling")
     if precision.tf32:
         if major < 8:
             return Support(UNSUPPORTED, f"tf32 needs compute capability 8.0+; {name} is {major}.{minor}")
@@ -274,8 +288,8 @@ def _device_support(device: torch.device, precision: Precision, mode: str) -> Su
         props = torch.cuda.get_device_properties(device)
         return cuda_support(precision, (props.major, props.minor), props.name)
     if device.type == "mps":
-        if precision.tf32:
-            return Support(UNSUPPORTED, "tf32 is a CUDA tensor-core mode")
+        if precision.tf32 or precision.float8_recipe:
+            return Support(UNSUPPORTED, "tf32 is a CUDA tensor-core mode" if precision.tf32 else FLOAT8_NEEDS)
         if precision.compute_dtype == "bfloat16" and not _mps_bf16():
             return Support(UNSUPPORTED, "bfloat16 on mps needs macOS 14 or newer")
         return Support(NATIVE, f"{precision.compute_dtype} on the Apple GPU")

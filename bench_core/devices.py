@@ -318,10 +318,14 @@ class Backend:
         keeps no per-device count (on CPU the process's RSS is all there is)."""
         return None
 
-    def free_memory_bytes(self) -> int | None:
-        """Bytes new tensors can take now: MemAvailable, or less under a cgroup memory limit."""
+    def free_memory_bytes(self, processes_on_node: int = 1) -> int | None:
+        """Bytes this process can take now: its share of MemAvailable (or of a cgroup's limit) among the node's."""
         free, limited = psutil.virtual_memory().available, cgroup_free_bytes()
-        return free if limited is None else min(free, limited)
+        return (free if limited is None else min(free, limited)) // max(processes_on_node, 1)
+
+    def in_use_bytes(self) -> int:
+        """What the peak columns count from, now: torch's allocated bytes, else (CPU) the process's RSS."""
+        return psutil.Process().memory_info().rss if self.allocated_bytes() is None else self.allocated_bytes()
 
     def is_oom(self, exc: BaseException) -> bool:
         if isinstance(exc, MemoryError):
@@ -376,7 +380,7 @@ class CudaBackend(Backend):
     def allocated_bytes(self) -> int | None:
         return torch.cuda.memory_allocated(self.device)  # 0 before CUDA is initialised (no context made)
 
-    def free_memory_bytes(self) -> int | None:
+    def free_memory_bytes(self, processes_on_node: int = 1) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0]  # cudaMemGetInfo: what this process can still allocate
 
     def is_oom(self, exc: BaseException) -> bool:

@@ -321,7 +321,7 @@ def test_the_filled_gaps_are_found_by_device_name(name, precision, tflops):
     assert peak.tflops == pytest.approx(tflops) and peak.source.startswith("datasheet, dense")
 
 
-def test_every_listed_gpu_has_all_four_classes_or_says_why_not():
+def test_every_listed_gpu_has_all_four_classes_and_fp8_where_it_has_it():
     by_gpu: dict[str, dict] = {}
     for row in gpu_peak_table():
         classes = by_gpu.setdefault(row["gpu"], {})

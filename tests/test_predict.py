@@ -12,6 +12,7 @@ from bench_core.predict import published
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.model import Profile, Setup, predict
 from bench_core.predict.specs import REQUIRED, math_class, predictable_names, spec, spec_for_device
+from bench_core.results.store import iter_rows, write_run
 from bench_core.summary.load import load_results
 from bench_core.summary.predicted import DEFAULT_GPUS, predicted_table
 
@@ -118,3 +119,15 @@ def test_the_report_section_keeps_predictions_apart_with_their_band(cpu_run):
     assert not notes and set(table["gpu"]) == {f"1x {g}" for g in DEFAULT_GPUS}
     assert (table["low"] < table["predicted"]).all() and (table["predicted"] < table["high"]).all()
     assert table["measured_on"].str.contains("1x ").all()  # the measured device, beside, not mixed in
+
+
+def test_rows_measured_on_a_listed_gpu_use_its_spec_sheet_and_predict_themselves(cpu_run, tmp_path):
+    """The same rows as an A100 would record them: predicted on an A100 they come back unchanged."""
+    rows = [{**r, "device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "peak_tflops": 19.5}
+            for r in iter_rows(cpu_run)]
+    write_run(tmp_path, "a100", rows)
+    (same,), _ = predict_dir(tmp_path, [spec("A100-SXM4-80GB")])
+    assert same["measured_on"] == "1x A100-SXM4-80GB"
+    assert same["predicted"] == pytest.approx(same["measured"])
+    (h100,), _ = predict_dir(tmp_path, [spec("H100-SXM5-80GB")])
+    assert h100["predicted"] > same["measured"]  # more bandwidth and peak, the same efficiency

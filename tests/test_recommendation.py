@@ -118,7 +118,7 @@ def test_tables_larger_than_free_memory_are_an_oom_row_and_the_process_goes_on(t
 def test_tables_the_allocator_refuses_are_an_oom_row_too(monkeypatch):
     # A device that says it has the memory (a stand-in for the free-memory figure): the allocation itself
     # fails, and the runner classifies torch's refusal.
-    monkeypatch.setattr(Backend, "free_memory_bytes", lambda self: 2**62)
+    monkeypatch.setattr(Backend, "free_memory_bytes", lambda self, processes_on_node=1: 2**62)
     row = run_benchmark(rec(**HUGE))[0]
     assert row["status"] == "oom" and "DefaultCPUAllocator: can't allocate memory" in row["message"]
     assert row["embedding_table_bytes"] == 2**50

@@ -431,8 +431,8 @@ def test_report_shows_a_batch_size_max_search_and_its_failure(tmp_path):
 def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():
     import pandas as pd
     curve = pd.DataFrame({"machine": "m", "model": "r", "mode": "train", "precision": "fp32", "input_shape": "3x8x8",
-                          "world_size": 1, "compile": "off", "channels_last": False,
-                          "batch_size": [1, 2, 4, 8, 16], "throughput": [10, 50, 91, 100, 98],
+                          "world_size": 1, "compile": "off", "channels_last": False, "parallelism": "ddp",
+                          "tp_degree": 1, "activation_checkpointing": "none", "batch_size": [1, 2, 4, 8, 16], "throughput": [10, 50, 91, 100, 98],
                           "step_time_ms": [1, 2, 3, 4, 5]})
     knee = summary.knee_points(curve).iloc[0]
     assert knee["knee_batch_size"] == 4 and knee["best_batch_size"] == 8
@@ -441,7 +441,7 @@ def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():
 def test_published_figures_carry_their_source_and_match_the_same_gpu_and_workload(dirs):
     ref = summary.load_reference()
     assert len(ref) > 50 and ref["url_or_citation"].str.len().gt(10).all() and ref["value"].notna().all()
-    assert set(ref["source"]) == {"lambdal", "DLPerf", "3D UNet", "NVIDIA DLE", "llm.c"}
+    assert set(ref["source"]) == {"lambdal", "DLPerf", "3D UNet", "NVIDIA DLE", "llm.c", "torchtitan"}
     assert summary.gpu_matches("Tesla V100-SXM2-16GB", "v100 16gb")
     assert not summary.gpu_matches("Tesla V100-SXM2-32GB", "v100 sxm2 16gb")
     # A V100 row of the published workload (ResNet-50 training at 224 px, fp32) finds lambdal and DLPerf.

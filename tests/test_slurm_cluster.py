@@ -258,6 +258,18 @@ def test_a_two_task_job_runs_ddp_with_one_combined_row_per_repeat(cluster, tmp_p
     assert task["NumTasks"] == "2" and task["JobState"] == "COMPLETED", (out / "slurm" / f"{job}_0.log").read_text()
 
 
+def test_a_two_task_job_trains_a_llama_with_fsdp(cluster, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([*BENCH, "--model", "llama-tiny", "--seq-len", "16", "--batch-size", "2", "--steps", "2",
+                           "--warmup-steps", "1", "--repeats", "1", "--min-seconds", "0", "--device", "cpu",
+                           "--nproc-per-node", "2", "--parallelism", "fsdp", "--time", "5", "--out", str(out), "--no-report"],
+                          env=cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (row,) = assert_files_whole(out)
+    assert row["status"] == "ok" and (row["parallelism"], row["mesh_shape"], row["world_size"]) == ("fsdp", "dp_shard=2", 2)
+    assert row["rank_devices"] == f"rank0@{cluster.node}:cpu; rank1@{cluster.node}:cpu" and row["tokens_per_s"] > 0
+
+
 def test_a_rank_that_fails_in_a_slurm_job_is_the_row_s_message(cluster, tmp_path):
     # rank 1 raises at its first forward pass; srun then stops rank 0, whose row says why
     out = tmp_path / "out"

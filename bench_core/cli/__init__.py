@@ -37,6 +37,7 @@ COMMANDS = {
     "report": ("bench_core.cli.report", "render the summary notebook and HTML report of result directories"),
     "slurm": ("bench_core.cli.slurm", "submit a sweep or run to SLURM as job arrays (one task per execution)"),
     "peak": ("bench_core.cli.info", "measure this CPU's peak FLOP/s per precision (for MFU), cached per machine"),
+    "memory": ("bench_core.cli.memory", "estimate the memory one rank of a configuration needs, before building it"),
     "find-batch": ("bench_core.cli.find_batch", "find the largest per-device batch size that fits"),
     "compare": ("bench_core.cli.compare", "run two variants interleaved (A B A B) and give a verdict"),
     "diff": ("bench_core.cli.diff", "compare two result directories configuration by configuration; exit 1 on a regression"),

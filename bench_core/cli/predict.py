@@ -20,8 +20,8 @@ FLOP ops and all other ops move (counted in the measured run, nothing fused), P 
 peak for the precision and W its memory bandwidth (bench_core/data/gpu_peaks.csv, each figure
 with its datasheet). The efficiency the measured device reached against its own t is carried to
 the target; N GPUs add a ring all-reduce of the gradients over the GPU's link. 'binds' says which
-ceiling dominates. The band is the model's median error over every published pair (the same
-workload on two GPUs, or N GPUs against fewer): `bench predict --error-table` prints it.
+ceiling dominates. The band is the model's median error over the published pairs of the same
+workload on two GPUs (`bench predict --error-table` prints it, with the worst pair).
 A CPU source has no memory bandwidth figure: its efficiency is against its measured peak alone,
 and no published pair measures that step, so treat such a prediction as a rough guide.
 GPUs that can be predicted: {', '.join(predictable_names())}.

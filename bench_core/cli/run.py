@@ -54,6 +54,8 @@ def main(args: argparse.Namespace) -> int:
         check_writable(args.out)  # before measuring: a run that cannot be saved does not start
     if cfg.profile and args.out:  # profiles next to the rows
         os.environ.setdefault("BENCH_PROFILE_DIR", str(Path(args.out) / "profiles"))
+    if args.out:  # mode serve: per-request records and server logs next to the rows
+        os.environ.setdefault("BENCH_SERVING_DIR", str(Path(args.out) / "serving"))
     try:
         # Stuck in one long op, the main thread never reaches the except clause: the watchdog runs it.
         with when_stuck(lambda exc: _interrupted(args, cfg, exc)):

@@ -13,20 +13,27 @@ from typing import Any
 
 import yaml
 
+from bench_core.config.serve import SERVE_FIELDS, validate_serving
+from bench_core.config.values import as_bool, as_choice, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
 
-MODES = ("train", "infer", "generate")
+MODES = ("train", "infer", "generate", "serve")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+PARALLELISMS = ("ddp", "fsdp", "hsdp", "fsdp-tp")
+CHECKPOINTING = ("none", "selective", "full")
 MAX_BATCH = "max"            # batch_size: max -- the largest batch that fits, found by an explicit search
 DEFAULT_MAX_BATCH = 4096     # the search's default cap
 SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: part of a config only with max
 # Fields added after results were first recorded: they count in a configuration's hash only when set,
 # so a configuration measured before they existed keeps its hash (a sweep re-run finds it complete).
 HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
-                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames")
+                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames",
+                   *SERVE_FIELDS)
+# Fields added later still whose default is not None: they count in the hash only when not at this default.
+HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none"}
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -46,10 +53,12 @@ class BenchConfig:
     model: str = field(default="resnet50", metadata=_opt(
         "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
     mode: str = field(default="train", metadata=_opt(
-        "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder) or generate (text "
-        "decoders, speech: a prompt, then new_tokens tokens with the KV cache)", choices=MODES))
+        "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder), generate (text "
+        "decoders, speech: a prompt, then new_tokens tokens with the KV cache) or serve (a causal LM behind a serving "
+        "engine's OpenAI-compatible API, under load: docs/serving.md)", choices=MODES))
     precision: str = field(default="fp32", metadata=_opt(
-        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast)"))
+        "fp32 (strict IEEE), tf32, fp16 / bf16 (pure cast), amp-fp16, amp-bf16 (autocast), fp8-tensorwise / "
+        "fp8-rowwise (training transformers: torchao float8 linear layers, the rest amp-bf16; CUDA 8.9+)"))
     batch_size: int | str = field(default=16, metadata=_opt(
         "samples per device per step, or max: the largest that fits, found first by an explicit, recorded "
         "search (bench find-batch; each probe in a fresh process)"))
@@ -85,10 +94,11 @@ class BenchConfig:
     audio_frames: int | None = field(default=None, metadata=_opt(
         "log-mel frames per utterance of a speech model, 100 a second (default and only value: what the "
         "model's encoder takes, 3000 = 30 s for Whisper)"))
-    steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat"))
+    steps: int = field(default=20, metadata=_opt("minimum timed steps per repeat (mode serve: requests per repeat)"))
     min_seconds: float = field(default=1.0, metadata=_opt("minimum timed seconds per repeat"))
     warmup_steps: int = field(default=5, metadata=_opt(
-        f"untimed steps before the first repeat (at least {MIN_COMPILE_WARMUP_STEPS} with compile)"))
+        f"untimed steps before the first repeat (at least {MIN_COMPILE_WARMUP_STEPS} with compile; mode serve: "
+        "untimed warm-up requests)"))
     repeats: int = field(default=3, metadata=_opt("timed repeats; each is one result row"))
     device: str = field(default="auto", metadata=_opt("auto, cpu, cuda, cuda:N or mps"))
     channels_last: bool = field(default=False, metadata=_opt("use channels_last memory format (2D models)"))
@@ -98,12 +108,60 @@ class BenchConfig:
     cudnn_benchmark: bool = field(default=True, metadata=_opt("set torch.backends.cudnn.benchmark"))
     num_threads: int = field(default=0, metadata=_opt("torch intra-op threads (0: torch's default)"))
     nproc_per_node: int = field(default=1, metadata=_opt("worker processes (devices) per node; >1 runs DDP via torchrun"))
+    parallelism: str = field(default="ddp", metadata=_opt(
+        "how training spreads over the processes: ddp (a whole replica of the model, its gradients and "
+        "optimizer state on every process; gradients all-reduced), fsdp (FSDP2 fully_shard per transformer "
+        "block, then the root: parameters, gradients and optimizer state split over all processes), hsdp "
+        "(FSDP2 sharded within a node, replicated across nodes; nnodes >= 2), fsdp-tp (a 2-D mesh: tensor "
+        "parallel over tp_degree processes inside each FSDP shard group; tp_degree = all processes is tensor "
+        "parallel alone). All but ddp apply to models that declare transformer blocks (text), in mode train",
+        choices=PARALLELISMS))
+    tp_degree: int = field(default=1, metadata=_opt(
+        "with parallelism fsdp-tp: processes each transformer block's matmuls are split over (it must divide "
+        "the processes and the model's query and key/value heads)"))
+    activation_checkpointing: str = field(default="none", metadata=_opt(
+        "train, models with transformer blocks: none (every activation kept for the backward), selective "
+        "(every second block recomputed in the backward, torchtitan's per-layer selective), full (every block "
+        "recomputed: only its input kept)", choices=CHECKPOINTING))
     nnodes: int = field(default=1, metadata=_opt("number of nodes in a multi-node run"))
     node_rank: int = field(default=0, metadata=_opt("this node's rank in a multi-node run"))
     rdzv_endpoint: str = field(default="", metadata=_opt("host:port of the c10d rendezvous (multi-node)"))
     dist_timeout_s: float = field(default=300.0, metadata=_opt("collective / rendezvous timeout in seconds"))
     profile: bool = field(default=False, metadata=_opt("run torch.profiler over a few steps after the timed window"))
     price_per_hour: float | None = field(default=None, metadata=_opt("device price per hour, for cost per million samples"))
+
+    # -- mode serve (bench_core/serving; docs/serving.md) -------------------------------------
+    engine: str | None = field(default=None, metadata=_opt(
+        "mode serve: the serving engine preset: transformers, vllm, sglang, trtllm, tgi, llamacpp (default "
+        "transformers)"))
+    server_url: str | None = field(default=None, metadata=_opt(
+        "mode serve: base URL of a running server to measure (default: start the engine on a free port)"))
+    served_model: str | None = field(default=None, metadata=_opt(
+        "mode serve: the model name to send (default: the folder the engine was started on)"))
+    model_dir: str | None = field(default=None, metadata=_opt(
+        "mode serve: a local model folder to serve and take the tokenizer from (default: model's shape with random "
+        "weights and an offline tokenizer, written once and cached)"))
+    server_args: str | None = field(default=None, metadata=_opt(
+        "mode serve: extra arguments appended to the engine's command line (space separated)"))
+    endpoint: str | None = field(default=None, metadata=_opt(
+        "mode serve: completions (/v1/completions) or chat (/v1/chat/completions) (default completions)"))
+    concurrency: int | None = field(default=None, metadata=_opt(
+        "mode serve: users in a closed loop; with request_rate, the most requests in flight (default 1 without a "
+        "rate)"))
+    request_rate: float | None = field(default=None, metadata=_opt(
+        "mode serve: requests/s of an open-loop arrival process (gamma gaps, see burstiness); empty: closed loop"))
+    burstiness: float | None = field(default=None, metadata=_opt(
+        "mode serve with request_rate: the gamma shape of the gaps, 1 = Poisson, < 1 burstier (default 1)"))
+    request_timeout_s: float | None = field(default=None, metadata=_opt(
+        "mode serve: a request fails when no chunk arrives for this many seconds (default 120)"))
+    server_timeout_s: float | None = field(default=None, metadata=_opt(
+        "mode serve: how long a started server may take to become healthy (default 600)"))
+    slo_ttft_ms: float | None = field(default=None, metadata=_opt(
+        "mode serve: p99 time-to-first-token bound of the SLO, ms (default 500: MLPerf Llama-3.1-8B interactive)"))
+    slo_tpot_ms: float | None = field(default=None, metadata=_opt(
+        "mode serve: p99 time-per-output-token bound of the SLO, ms (default 30: MLPerf Llama-3.1-8B interactive)"))
+    max_error_rate: float | None = field(default=None, metadata=_opt(
+        "mode serve: stop a point when more than this fraction of its requests failed (default 0.5)"))
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -143,6 +201,9 @@ class BenchConfig:
         for name in HASHED_WHEN_SET:
             if values[name] is None:
                 values.pop(name)
+        for name, default in HASHED_WHEN_NOT.items():
+            if values[name] == default:
+                values.pop(name)
         blob = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -155,76 +216,13 @@ def check_known_keys(values: dict, allowed: list[str], where: str) -> None:
             raise ConfigError(str(key), f"unknown key in {where}{hint}; allowed: {', '.join(allowed)}")
 
 
-def _as_int(name: str, value: Any, minimum: int | None = None, optional: bool = False) -> int | None:
-    if optional and (value is None or value == "" or value == "none"):
-        return None
-    if isinstance(value, bool):
-        raise ConfigError(name, f"must be a whole number, got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ConfigError(name, f"must be a whole number, got {value!r}") from None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        raise ConfigError(name, f"must be a whole number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _as_float(name: str, value: Any, minimum: float = 0.0, optional: bool = False) -> float | None:
-    if optional and (value is None or value == "" or value == "none"):
-        return None
-    if isinstance(value, bool):
-        raise ConfigError(name, f"must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(name, f"must be a number, got {value!r}") from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise ConfigError(name, f"must be a finite number, got {value!r}")
-    if number < minimum:
-        raise ConfigError(name, f"must be >= {minimum:g}, got {value!r}")
-    return number
-
-
 def _as_batch_size(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().lower() == MAX_BATCH:
         return MAX_BATCH
     try:
-        return _as_int("batch_size", value, minimum=1)
+        return as_int("batch_size", value, minimum=1)
     except ConfigError:
         raise ConfigError("batch_size", f"must be a whole number >= 1 or max, got {value!r}") from None
-
-
-_TRUE = {"true", "yes", "1", "on"}
-_FALSE = {"false", "no", "0", "off"}
-
-
-def _as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise ConfigError(name, f"must be true or false, got {value!r}")
-
-
-def _as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value.strip().lower() not in choices:
-        raise ConfigError(name, f"got {value!r}; allowed: {', '.join(choices)}")
-    return value.strip().lower()
-
-
-def _as_str(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(name, f"must be text, got {value!r}")
-    if any(ch in value for ch in "\n\r\x00"):
-        raise ConfigError(name, "must be a single line of text")
-    return value.strip()
 
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -239,32 +237,35 @@ def validate_device_name(name: str) -> str:
 
 
 def _validate(cfg: BenchConfig) -> None:
-    cfg.mode = _as_choice("mode", cfg.mode, MODES)
-    cfg.compile = _as_choice("compile", cfg.compile, COMPILE_MODES)
-    cfg.optimizer = _as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
-    cfg.precision = resolve_precision(_as_str("precision", cfg.precision)).name
-    cfg.device = validate_device_name(_as_str("device", cfg.device))
-    cfg.rdzv_endpoint = _as_str("rdzv_endpoint", cfg.rdzv_endpoint)
+    cfg.mode = as_choice("mode", cfg.mode, MODES)
+    cfg.compile = as_choice("compile", cfg.compile, COMPILE_MODES)
+    cfg.optimizer = as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    cfg.parallelism = as_choice("parallelism", cfg.parallelism, PARALLELISMS)
+    cfg.activation_checkpointing = as_choice("activation_checkpointing", cfg.activation_checkpointing, CHECKPOINTING)
+    cfg.precision = resolve_precision(as_str("precision", cfg.precision)).name
+    cfg.device = validate_device_name(as_str("device", cfg.device))
+    cfg.rdzv_endpoint = as_str("rdzv_endpoint", cfg.rdzv_endpoint)
 
     cfg.batch_size = _as_batch_size(cfg.batch_size)
-    cfg.max_batch_size = _as_int("max_batch_size", cfg.max_batch_size, minimum=1)
-    cfg.batch_margin = _as_float("batch_margin", cfg.batch_margin)
+    cfg.max_batch_size = as_int("max_batch_size", cfg.max_batch_size, minimum=1)
+    cfg.batch_margin = as_float("batch_margin", cfg.batch_margin)
     if cfg.batch_margin >= 1:
         raise ConfigError("batch_margin", f"must be a fraction in [0, 1), got {cfg.batch_margin!r}")
-    cfg.steps = _as_int("steps", cfg.steps, minimum=1)
-    cfg.warmup_steps = _as_int("warmup_steps", cfg.warmup_steps, minimum=0)
-    cfg.repeats = _as_int("repeats", cfg.repeats, minimum=1)
-    cfg.seed = _as_int("seed", cfg.seed, minimum=0)
-    cfg.num_threads = _as_int("num_threads", cfg.num_threads, minimum=0)
-    cfg.nproc_per_node = _as_int("nproc_per_node", cfg.nproc_per_node, minimum=1)
-    cfg.nnodes = _as_int("nnodes", cfg.nnodes, minimum=1)
-    cfg.node_rank = _as_int("node_rank", cfg.node_rank, minimum=0)
-    cfg.min_seconds = _as_float("min_seconds", cfg.min_seconds)
-    cfg.dist_timeout_s = _as_float("dist_timeout_s", cfg.dist_timeout_s, minimum=1.0)
-    cfg.price_per_hour = _as_float("price_per_hour", cfg.price_per_hour, optional=True)
-    cfg.channels_last = _as_bool("channels_last", cfg.channels_last)
-    cfg.cudnn_benchmark = _as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
-    cfg.profile = _as_bool("profile", cfg.profile)
+    cfg.steps = as_int("steps", cfg.steps, minimum=1)
+    cfg.warmup_steps = as_int("warmup_steps", cfg.warmup_steps, minimum=0)
+    cfg.repeats = as_int("repeats", cfg.repeats, minimum=1)
+    cfg.seed = as_int("seed", cfg.seed, minimum=0)
+    cfg.num_threads = as_int("num_threads", cfg.num_threads, minimum=0)
+    cfg.nproc_per_node = as_int("nproc_per_node", cfg.nproc_per_node, minimum=1)
+    cfg.nnodes = as_int("nnodes", cfg.nnodes, minimum=1)
+    cfg.node_rank = as_int("node_rank", cfg.node_rank, minimum=0)
+    cfg.tp_degree = as_int("tp_degree", cfg.tp_degree, minimum=1)
+    cfg.min_seconds = as_float("min_seconds", cfg.min_seconds)
+    cfg.dist_timeout_s = as_float("dist_timeout_s", cfg.dist_timeout_s, minimum=1.0)
+    cfg.price_per_hour = as_float("price_per_hour", cfg.price_per_hour, optional=True)
+    cfg.channels_last = as_bool("channels_last", cfg.channels_last)
+    cfg.cudnn_benchmark = as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
+    cfg.profile = as_bool("profile", cfg.profile)
 
     if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:
         raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
@@ -283,24 +284,53 @@ def _validate(cfg: BenchConfig) -> None:
         raise ConfigError("rdzv_endpoint", "is required when nnodes > 1 (host:port reachable from every node)")
     if cfg.rdzv_endpoint and not _is_endpoint(cfg.rdzv_endpoint):
         raise ConfigError("rdzv_endpoint", f"must be host:port, got {cfg.rdzv_endpoint!r}")
+    _check_mesh(cfg)
 
-    spec = resolve_model(_as_str("model", cfg.model))
+    validate_serving(cfg)
+    spec = resolve_model(as_str("model", cfg.model))
     cfg.model = spec.name
-    cfg.width = _as_int("width", cfg.width, minimum=1, optional=True)
-    cfg.height = _as_int("height", cfg.height, minimum=1, optional=True)
-    cfg.depth = _as_int("depth", cfg.depth, minimum=1, optional=True)
-    cfg.seq_len = _as_int("seq_len", cfg.seq_len, minimum=1, optional=True)
-    cfg.prompt_len = _as_int("prompt_len", cfg.prompt_len, minimum=1, optional=True)
-    cfg.new_tokens = _as_int("new_tokens", cfg.new_tokens, minimum=1, optional=True)
-    cfg.num_tables = _as_int("num_tables", cfg.num_tables, minimum=1, optional=True)
-    cfg.rows_per_table = _as_int("rows_per_table", cfg.rows_per_table, minimum=1, optional=True)
-    cfg.embedding_dim = _as_int("embedding_dim", cfg.embedding_dim, minimum=1, optional=True)
-    cfg.indices_per_lookup = _as_int("indices_per_lookup", cfg.indices_per_lookup, minimum=1, optional=True)
-    cfg.zipf_exponent = _as_float("zipf_exponent", cfg.zipf_exponent, optional=True)
-    cfg.latent_size = _as_int("latent_size", cfg.latent_size, minimum=1, optional=True)
-    cfg.denoise_steps = _as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
-    cfg.audio_frames = _as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
+    cfg.width = as_int("width", cfg.width, minimum=1, optional=True)
+    cfg.height = as_int("height", cfg.height, minimum=1, optional=True)
+    cfg.depth = as_int("depth", cfg.depth, minimum=1, optional=True)
+    cfg.seq_len = as_int("seq_len", cfg.seq_len, minimum=1, optional=True)
+    cfg.prompt_len = as_int("prompt_len", cfg.prompt_len, minimum=1, optional=True)
+    cfg.new_tokens = as_int("new_tokens", cfg.new_tokens, minimum=1, optional=True)
+    cfg.num_tables = as_int("num_tables", cfg.num_tables, minimum=1, optional=True)
+    cfg.rows_per_table = as_int("rows_per_table", cfg.rows_per_table, minimum=1, optional=True)
+    cfg.embedding_dim = as_int("embedding_dim", cfg.embedding_dim, minimum=1, optional=True)
+    cfg.indices_per_lookup = as_int("indices_per_lookup", cfg.indices_per_lookup, minimum=1, optional=True)
+    cfg.zipf_exponent = as_float("zipf_exponent", cfg.zipf_exponent, optional=True)
+    cfg.latent_size = as_int("latent_size", cfg.latent_size, minimum=1, optional=True)
+    cfg.denoise_steps = as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
+    cfg.audio_frames = as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
+
+
+def _check_mesh(cfg: BenchConfig) -> None:
+    """The parallelism against the processes started; what the model takes is its task's check."""
+    sharded = cfg.parallelism != "ddp" or cfg.activation_checkpointing != "none"
+    if sharded and cfg.mode != "train":
+        name = "parallelism" if cfg.parallelism != "ddp" else "activation_checkpointing"
+        raise ConfigError(name, f"{getattr(cfg, name)} applies to mode train only (mode is {cfg.mode}); "
+                                f"allowed: {'ddp' if name == 'parallelism' else 'none'}")
+    if cfg.parallelism != "fsdp-tp":
+        if cfg.tp_degree != 1:
+            raise ConfigError("tp_degree", f"applies to parallelism fsdp-tp only (parallelism is {cfg.parallelism})")
+    elif cfg.tp_degree < 2:
+        raise ConfigError("tp_degree", "must be >= 2 with parallelism fsdp-tp (1 is fsdp)")
+    elif cfg.tp_degree > cfg.world_size:
+        raise ConfigError("tp_degree", f"a tensor-parallel mesh of {cfg.tp_degree} is larger than the "
+                                       f"{cfg.world_size} process(es) started (nproc_per_node x nnodes)")
+    elif cfg.world_size % cfg.tp_degree:
+        raise ConfigError("tp_degree", f"{cfg.tp_degree} does not divide the {cfg.world_size} processes "
+                                       "(nproc_per_node x nnodes)")
+    if cfg.parallelism != "ddp" and cfg.precision == "amp-fp16":
+        raise ConfigError("precision", f"amp-fp16 with {cfg.parallelism} is not run here: its loss scaling would have "
+                                       "to unscale sharded gradients; allowed: fp32, fp16, bf16, amp-bf16 (FSDP's "
+                                       "bf16 parameters with fp32 reductions, as torchtitan trains)")
+    if cfg.parallelism == "hsdp" and cfg.nnodes < 2:
+        raise ConfigError("parallelism", "hsdp shards within a node and replicates across nodes: it needs "
+                                         "nnodes >= 2; on one node use fsdp")
 
 
 def _is_endpoint(text: str) -> bool:

@@ -30,13 +30,14 @@ TAIL_LINES = 400
 POLL_S = 0.5
 
 # Linux PR_SET_PDEATHSIG, kept across exec: the child gets SIGTERM if its parent dies without
-# cleaning up (killed, or a notebook kernel shut down). Then it execs the real command.
+# cleaning up (killed, or a notebook kernel shut down). Then it execs the real command: this
+# interpreter for a python_command(...), any other program (a serving engine's launcher) by PATH.
 _PARENT_DEATH_SHIM = """import ctypes, os, signal, sys
 try:
     ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))
 except (OSError, AttributeError):
     pass
-os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"""
+os.execvp(sys.argv[1], sys.argv[1:])"""
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Child:
                  log_path: Path | None = None, cwd: str | Path | None = None):
         self.start = time.perf_counter()
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self.proc = subprocess.Popen([sys.executable, "-c", _PARENT_DEATH_SHIM, *command[1:]], env=env, cwd=cwd,
+        self.proc = subprocess.Popen([sys.executable, "-c", _PARENT_DEATH_SHIM, *command], env=env, cwd=cwd,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace", bufsize=1, start_new_session=True)
         self.reader = threading.Thread(target=_read_output, args=(self.proc.stdout, log_path, self.tail, on_line),
@@ -108,7 +109,7 @@ class Child:
 def supervise(command: list[str], *, env: dict | None = None, limit_s: float | None = None,
               on_line: Callable[[str], bool] | None = None, log_path: Path | None = None,
               cwd: str | Path | None = None) -> ChildOutcome:
-    """Run `command` (a Python command: python_command(...)) to its end, within `limit_s`.
+    """Run `command` (python_command(...), or any program on PATH) to its end, within `limit_s`.
 
     `on_line(text)` sees every output line; returning True claims it (it is not kept in the
     tail). Any exception here (KeyboardInterrupt included) stops the whole tree, then re-raises.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bench_core.measure import flops
 from bench_core.measure.noise import noise_flags
+from bench_core.workload.precision import resolve_precision
 
 
 def derive(row: dict, cfg) -> dict:
@@ -32,6 +33,13 @@ def _flops_columns(row: dict) -> dict:
         mfu = achieved / (peak.tflops * (row.get("world_size") or 1))
         # Above 1 the peak is wrong, not the row: no figure is shown, the flag carries the value.
         out["mfu"], out["mfu_rejected"] = (mfu, None) if mfu <= 1 else (None, mfu)
+    if resolve_precision(row["precision"]).float8_recipe:
+        # Which peak fp8 MFU divides by is disputed (torchtitan's users asked): the FP8 one (mfu) and the
+        # BF16 one, both stated.
+        bf16 = flops.peak_for(row["device_type"], row.get("device_name"), "amp-bf16", measure=False)
+        out["peak_tflops_bf16"] = bf16.tflops
+        if achieved is not None and bf16.tflops:
+            out["mfu_bf16_peak"] = achieved / (bf16.tflops * (row.get("world_size") or 1))
     return out
 
 

@@ -23,7 +23,7 @@ GPU_PEAKS_CSV = Path(__file__).resolve().parents[1] / "data" / "gpu_peaks.csv"
 # The peak class each precision is compared with: the dense tensor-core peak of its compute
 # dtype, except strict fp32, which runs on the non-tensor FP32 units.
 PEAK_CLASS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "amp-fp16": "fp16",
-              "bf16": "bf16", "amp-bf16": "bf16"}
+              "bf16": "bf16", "amp-bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-rowwise": "fp8"}
 # A CPU peak is the best of two ops on the workload's kernel path (autocast where it autocasts),
 # each grown until one call takes MIN_OP_S: a square linear of N, and a 3x3 conv of
 # CPU_PEAK_CONV_CHANNELS channels at CPU_PEAK_CONV_SIZE px over a growing batch.

@@ -11,8 +11,9 @@ from __future__ import annotations
 # comparison (bench diff, bench compare, the report) leaves such repeats out and, with too few left,
 # says "disturbed: re-measure" instead of faster or slower. noisy-window and short-window are
 # imprecision that the spread of the repeats already carries; mfu-above-1 concerns the peak, not the timing.
+# client-saturated: a serving point whose client (CPU or event loop) may have set the pace (bench_core.serving).
 DISTURBING_FLAGS = ("other-processes-on-cpu", "other-processes-on-device", "throttle", "clock-drop",
-                    "unstable-repeats")
+                    "unstable-repeats", "client-saturated")
 RE_MEASURE = "re-measure on a quiet machine"
 
 

@@ -24,7 +24,13 @@ from bench_core.config.schema import BenchConfig
 #    indices_per_lookup, zipf_exponent, embedding_table_bytes, embedding_bytes_per_s, mfu_note; diffusion
 #    and speech workloads: latent_size, denoise_steps, audio_frames, denoise_steps_per_s, images_per_s,
 #    audio_s_per_s, diffusers_version; bytes_per_sample_flop_ops and _other_ops (`bench predict`)
-SCHEMA_VERSION = 5
+# 6: mode serve (bench_core/serving): the serve config fields, and the _SERVING block (engine version and
+#    command, request and token throughput, TTFT / TPOT / ITL / e2e percentiles, goodput, the client's load);
+#    output_check and its columns (a variant's outputs against fp32 eager NCHW)
+#    the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training
+#    (parallelism, tp_degree, activation_checkpointing, mesh_shape, mixed_precision, warmup_losses,
+#    throughput_per_device); fp8: float8_linears, mfu_bf16_peak, peak_tflops_bf16
+SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -90,6 +96,8 @@ _MEASURED = [
                       "seconds; in generate, of whole transcriptions (encoder and new_tokens tokens: the inverse "
                       "real-time factor)"),
     ("samples_per_s_per_device", "samples_per_s / world_size"),
+    ("throughput_per_device", "throughput / world_size: the rate per device in throughput_unit (tokens/s per GPU, as "
+                              "torchtitan reports)"),
     ("batches_per_s", "timed steps x world size / timed seconds"),
     ("mpx_per_s", "width x height x global batch x steps / (seconds x 1e6); 2D models"),
     ("mvox_per_s", "depth x height x width x global batch x steps / (seconds x 1e6); 3D models"),
@@ -129,6 +137,25 @@ _MEASURED = [
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
     ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),
+    ("mem_estimate_bytes", "bytes one rank was estimated to need before anything was allocated: parameters "
+                           "(counted on the meta device), for training gradients, optimizer state (sgd 1, adam and "
+                           "adamw 2 per parameter, in its dtype), DDP's gradient buckets and the activations where "
+                           "the task states them, divided as the parallelism divides them (see mem_estimate); "
+                           "compare with peak_mem_allocated_bytes (CUDA) or peak_rss_bytes (CPU: it also counts "
+                           "the process's libraries)"),
+    ("mem_estimate", "the estimate's terms in GiB and how each was found"),
+    ("mem_before_build_bytes", "memory in use just before the model was built, what the peak columns count from: "
+                               "torch's allocated bytes (CUDA), the process's RSS (CPU); the peak minus this is "
+                               "what the run added, to set beside mem_estimate_bytes"),
+    ("float8_linears", "fp8 precisions: linear layers torchao converted to float8 training (both dimensions divisible "
+                       "by 16; the output layer stays bf16)"),
+    ("mesh_shape", "the device mesh of a multi-process run: dp_replicate=N (DDP), dp_shard=N (FSDP), "
+                   "dp_replicate=R x dp_shard=S (HSDP), dp_shard=S x tp=T (FSDP with tensor parallel)"),
+    ("mixed_precision", "how a multi-process training run holds and reduces parameters and gradients: FSDP's "
+                        "MixedPrecisionPolicy (bf16 parameters, fp32 reductions), a pure cast, autocast or none"),
+    ("warmup_losses", "train: the loss of each untimed step before the window (first step, FLOP-count step, "
+                      "warm-up), averaged over the ranks: a sharded run's agree with one process's on the same "
+                      "seed and global batch"),
     ("window_peak_rss_bytes", "largest RSS sampled during the timed window (telemetry)"),
     ("loss_final", "last loss of the window (train)"),
     ("loss_finite", "the last loss / output of the window was finite"),
@@ -150,6 +177,43 @@ _MEASURED = [
     ("replicas_in_sync", "DDP train: every rank's parameters bitwise equal after the window (sha256); empty otherwise"),
     ("profile_trace", "path of the torch.profiler chrome trace (with --profile; taken after the window)"),
     ("profile_top_ops", "path of the top-operators table of that profile"),
+]
+
+
+_SERVING = [
+    ("engine_version", "serve: the serving engine's version (its installed package, or its /version answer)"),
+    ("engine_command", "serve: the command line the server was started with (empty when attached to server_url)"),
+    ("served_model_id", "serve: the model name the requests sent"),
+    ("server_startup_s", "serve: seconds from the server's start to its first healthy answer"),
+    ("records_file", "serve: the point's per-request records (JSON): every figure of the row is recomputable "
+                     "from it (bench_core.serving.metrics.figures)"),
+    ("serve_window_s", "serve: seconds from the first request's send to the last request's end"),
+    ("requests_sent", "serve: requests sent in the point (failed ones included)"),
+    ("requests_ok", "serve: requests that streamed to their end with a usage count"),
+    ("request_errors", "serve: failed requests (HTTP errors, dropped streams, stalls, cancelled at the error limit)"),
+    ("error_rate", "serve: request_errors / requests_sent"),
+    ("requests_per_s", "serve: ok requests / serve_window_s"),
+    ("request_rate_achieved", "serve: (sent - 1) / (last send - first send): the rate the client achieved, beside "
+                              "request_rate asked for"),
+    ("output_tokens_total", "serve: output tokens of the ok requests, from the stream's usage"),
+    ("prompt_tokens_total", "serve: prompt tokens of the ok requests, from the stream's usage"),
+    ("output_tokens_per_s", "serve: output_tokens_total / serve_window_s"),
+    ("total_tokens_per_s", "serve: (prompt + output tokens) / serve_window_s"),
+    ("tokens_per_s_per_user", "serve: mean over ok requests of output tokens / the request's end-to-end time"),
+    *[(f"{m}_ms_{s}", f"serve: {what}, ms, {s} over the ok requests")
+      for m, what in (("ttft", "time to first token (first chunk with text - send)"),
+                      ("tpot", "time per output token, (e2e - TTFT) / (output tokens - 1)"),
+                      ("itl", "inter-chunk latency (gaps between chunks with text; a chunk may hold several tokens)"),
+                      ("e2e", "end-to-end request latency (end of stream - send)"))
+      for s in ("mean", "p50", "p90", "p99")],
+    ("goodput_requests_per_s", "serve: ok requests with TTFT <= slo_ttft_ms and TPOT <= slo_tpot_ms, per second"),
+    ("goodput_tokens_per_s", "serve: output tokens of those requests per second"),
+    ("goodput_fraction", "serve: requests meeting both bounds / requests_sent"),
+    ("slo_met", "serve: no request failed, p99 TTFT <= slo_ttft_ms and p99 TPOT <= slo_tpot_ms"),
+    ("client_cpu_fraction", "serve: the client process's CPU seconds / serve_window_s (1 = one core busy)"),
+    ("client_loop_lag_ms_p99", "serve: p99 of how late the client's event loop woke a 10 ms timer, ms"),
+    ("client_saturated", "serve: client_cpu_fraction > 0.9 or client_loop_lag_ms_p99 > the limit: the client, not "
+                         "only the server, may have set the pace (flagged client-saturated)"),
 ]
 
 
@@ -187,6 +251,9 @@ _EFFICIENCY = [
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),
     ("mfu", "achieved_tflops / (peak_tflops x world_size); empty when above 1 (see mfu_rejected) or where the task "
             "says MFU does not apply (mfu_note)"),
+    ("mfu_bf16_peak", "fp8 rows: achieved_tflops / (the BF16 dense peak x world_size), beside mfu (against the FP8 "
+                      "dense peak): the field disagrees which peak fp8 MFU divides by, so both are stated"),
+    ("peak_tflops_bf16", "fp8 rows: the BF16 dense peak TFLOP/s per device that mfu_bf16_peak divides by"),
     ("mfu_note", "why mfu is empty by the task's own account (recommendation: memory-bound embedding lookups "
                  "have almost no FLOPs; see embedding_bytes_per_s)"),
     ("mfu_rejected", "an MFU above 1, not shown as mfu: the peak it divides by is too low (flagged)"),
@@ -226,7 +293,8 @@ _ENVIRONMENT = [
 
 # What identifies a workload: the same workload on two machines is comparable. A configuration
 # is a workload on one machine (machine_label): the report's tables and summary.csv group by both.
-WORKLOAD = ("model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last")
+WORKLOAD = ("model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last",
+            "parallelism", "tp_degree", "activation_checkpointing")
 
 
 def machine_label(row: dict) -> str:
@@ -253,7 +321,7 @@ def _config_columns() -> list[tuple[str, str]]:
 
 
 def schema() -> list[tuple[str, str]]:
-    return _IDENTITY + _config_columns() + _MEASURED + _EFFICIENCY + _ENVIRONMENT
+    return _IDENTITY + _config_columns() + _MEASURED + _SERVING + _EFFICIENCY + _ENVIRONMENT
 
 
 def columns() -> list[str]:

@@ -67,7 +67,7 @@ def params_digest(model: torch.nn.Module) -> str:
 def wrap(model: torch.nn.Module, device: torch.device, mode: str) -> torch.nn.Module:
     """DDP for training with more than one process; inference needs no gradient sync."""
     global replicas
-    _install_fault(model)
+    install_fault(model)
     if context().world_size == 1 or mode != "train":
         return model
     from torch.nn.parallel import DistributedDataParallel
@@ -105,13 +105,31 @@ def slowest(window: Window) -> Window:
     return Window(seconds=seconds, step_s=step_s, inner_s=inner_s)
 
 
+def least_over_ranks(value: int) -> int:
+    """The smallest of every rank's value (each rank's free memory: all ranks decide alike)."""
+    if context().world_size == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=_collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return int(tensor.item())
+
+
+def mean_over_ranks(values: list[float]) -> list[float]:
+    """Each value averaged over the ranks (every rank's loss of its own part of the global batch)."""
+    if context().world_size == 1 or not values:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(tensor)
+    return (tensor / dist.get_world_size()).tolist()
+
+
 def _collective_device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def _install_fault(model: torch.nn.Module) -> None:
+def install_fault(model: torch.nn.Module) -> None:
     """Test hook BENCH_FAULT_INJECT: fail on purpose at this rank's first forward pass."""
     match = _FAULT_RE.match(os.environ.get(FAULT_ENV, "").strip()) if in_worker() else None
     if not match or int(match.group(2)) != int(os.environ["RANK"]):

@@ -19,7 +19,7 @@ from bench_core.devices import Backend, numerics_state, resolve_device, restore_
 from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import ddp, estimate, profiling, reference
+from bench_core.run import ddp, estimate, float8, memory_estimate, profiling, reference, sharding
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -172,14 +172,16 @@ class Session:
     def _build(self) -> bool:
         cfg, run, backend, precision, ctx = self.cfg, self.run, self.backend, self.precision, self.ctx
         device = backend.device
-        torch.manual_seed(cfg.seed)
         self._apply_knobs()
         self.spec = spec = resolve_model(cfg.model)
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
-        _check_fits(task.memory_needed(cfg), backend)
+        needed = memory_estimate.estimate(task, spec, cfg, precision)  # on the meta device: nothing allocated
+        run.update(needed.columns() if needed else {})
+        memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
         # A variant against its fp32 eager reference, built and freed here, outside every window.
         run.update(reference.check_outputs(cfg, spec, backend, _make_step, ctx.world_size))
+        run["mem_before_build_bytes"] = backend.in_use_bytes()
         torch.manual_seed(cfg.seed)  # the check drew from the generator: the same weights as without it
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
             model = spec.build(cfg).to(device)
@@ -197,9 +199,12 @@ class Session:
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         model.train(cfg.mode == "train")
-        workload = task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank)
+        # Tensor-parallel peers share a batch: the workload's part of the global batch is the data-parallel rank's.
+        workload = task.make_workload(spec, cfg, device, input_dtype, rank=ctx.rank // cfg.tp_degree)
         run["input_shape"] = task.sample_shape(cfg)
-        model = ddp.wrap(model, device, cfg.mode)
+        run.update(float8.convert(model, precision))  # before tensor parallel and FSDP wrap its linear layers
+        model, facts, precision = sharding.wrap(model, task, cfg, precision, device)
+        run.update(facts)
 
         eager_step, self.last = _make_step(cfg, model, workload, precision, device)
         self.step = eager_step
@@ -212,21 +217,26 @@ class Session:
         first_s = time_one(self.step, backend)
         if not warned:
             estimate.check_first_step(cfg, task, first_s)
+        losses = [self._loss()]
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
         counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        losses.append(self._loss())
         # With compile on, the eager step has its own optimizer: once counted, drop it, or its
         # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
         del eager_step
         warm_start = time.perf_counter()
         for _ in range(max(cfg.warmup_steps - 1, 0)):
             self.step()
+            losses.append(self._loss())
         backend.synchronize()
         run["warmup_s"] = time.perf_counter() - warm_start
+        if cfg.mode == "train":  # each rank's loss is of its part of the global batch: the mean is the batch's
+            run["warmup_losses"] = " ".join(f"{loss:.9g}" for loss in ddp.mean_over_ranks(losses))
         per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
         self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
         run.update(workload.facts)  # what the workload learnt in its first steps (a KV cache's size)
-        run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * ctx.world_size,
+        run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * (ctx.world_size // cfg.tp_degree),
                    **_flops_fields(counted, formula, cfg.batch_size, run.get("attn_implementation")))
         return True
 
@@ -255,6 +265,12 @@ class Session:
                       f"{row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
         return row
 
+    def _loss(self) -> float:
+        """The last step's loss (train), read outside any timed window: the warm-up's losses show that
+        a sharded run computes what one process computes."""
+        tensor = first_tensor(self.last[0]) if self.cfg.mode == "train" else None
+        return float(tensor.detach().float()) if tensor is not None and tensor.numel() == 1 else float("nan")
+
     def _guarded(self, method, *args):
         try:
             return method(*args)
@@ -262,16 +278,6 @@ class Session:
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = failure_row(self.run, status, error_message(exc))
             return None
-
-
-def _check_fits(needed: tuple[int, str] | None, backend: Backend) -> None:
-    """MemoryError (an `oom` row) when what the model needs at least exceeds the device's free memory,
-    before allocating any of it: on Linux a CPU allocation beyond what is free can succeed (overcommit),
-    and the OOM killer then ends the process as its pages are touched, leaving no row at all."""
-    free = backend.free_memory_bytes() if needed else None
-    if free is not None and needed[0] > free:
-        raise MemoryError(f"{needed[1]} need {needed[0] / 2**30:.4g} GiB; {backend.device} has "
-                          f"{free / 2**30:.4g} GiB free")
 
 
 def _all_ranks_memory(stats: dict, ctx) -> dict:
@@ -376,6 +382,7 @@ def _throughput(cfg, task: Task, window: Window, global_batch: int, world_size: 
         "timed_steps": window.steps, "timed_s": seconds,
         "samples_per_s": samples / seconds, "throughput": task.throughput(cfg, samples / seconds),
         "samples_per_s_per_device": samples / seconds / world_size,
+        "throughput_per_device": task.throughput(cfg, samples / seconds) / world_size,
         "batches_per_s": window.steps * world_size / seconds,
         **task.throughput_columns(cfg, samples / seconds),
         "s_per_iter": seconds / window.steps,

@@ -188,6 +188,10 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     rows["status"] = rows["status"].fillna("unknown").astype(str).str.strip().str.lower().replace("", "unknown")
     rows["world_size"] = rows["world_size"].fillna(1)
     rows["compile"] = rows["compile"].fillna("off")
+    # Rows of schema 5 and older trained with DDP, no tensor parallel, no checkpointing (the columns' defaults).
+    rows["parallelism"] = rows["parallelism"].fillna("ddp")
+    rows["tp_degree"] = pd.to_numeric(rows["tp_degree"], errors="coerce").fillna(1)
+    rows["activation_checkpointing"] = rows["activation_checkpointing"].fillna("none")
     rows["channels_last"] = rows["channels_last"].astype(str).str.lower().isin(["true", "1"])
     for name in ("model", "mode", "precision", "input_shape", "message", "host", "device_name"):
         rows[name] = rows[name].astype(object).where(rows[name].notna(), None)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from bench_core.errors import ConfigError
 from bench_core.predict.measured import predict_dir
+from bench_core.predict.published import error_table
 from bench_core.predict.specs import spec
 from bench_core.summary.html import note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
@@ -48,7 +49,7 @@ def _chart(table: pd.DataFrame) -> None:
         y = range(len(labels))
         ax.barh(list(y)[:len(measured)], measured["measured"], color="tab:blue", label="measured")
         ax.barh(list(y)[len(measured):], group["predicted"], fill=False, hatch="///", edgecolor="tab:orange",
-                label="predicted (band: median error on published pairs)",
+                label="predicted (band: median error on published GPU-to-GPU pairs)",
                 xerr=[group["predicted"] - group["low"], group["high"] - group["predicted"]], ecolor="tab:orange")
         ax.set_yticks(list(y), labels)
         ax.invert_yaxis()
@@ -72,11 +73,13 @@ def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
         note("Nothing to predict from: no ok row with the FLOP and byte counts `bench predict` needs.")
         return
     band = table["band"].iloc[0]
+    worst = next(r for r in error_table() if r["group"] == "GPU to GPU")["worst_factor"]
     paragraph(f"Predicted, not measured: each configuration carried to GPUs that were not measured "
               f"(`bench predict`; docs/prediction.md). The model puts the FLOPs and bytes counted in the run "
               f"against each GPU's datasheet peak and memory bandwidth and carries the measured efficiency "
               f"over; 'binds' says which ceiling dominates. The band (±{band:.0%}) is the model's median error "
-              f"over the published pairs; some pairs are off by more (see the docs). A prediction from a CPU run "
+              f"over the published pairs of one workload on two GPUs; some pairs are off by more, up to {worst:.1f}x "
+              f"(see the docs). A prediction from a CPU run "
               f"is a rough guide: no published pair measures that step.")
     _chart(table)
     shown = table.assign(predicted_band=[f"{lo:.4g} – {hi:.4g}" for lo, hi in zip(table["low"], table["high"])])

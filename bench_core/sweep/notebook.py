@@ -212,15 +212,18 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
 def profiles_under(out_dir: Path) -> Iterator[None]:
     """Profiles (profile=True) go to out_dir/profiles/, like `bench run --out`'s, rather than to
     run.profiling's ./outputs/profiles/ of the kernel's folder (notebooks/ in JupyterLab); a
-    $BENCH_PROFILE_DIR set by the user stands. The variable reaches torchrun workers too."""
-    if os.environ.get("BENCH_PROFILE_DIR"):
-        yield
-        return
-    os.environ["BENCH_PROFILE_DIR"] = str(out_dir / "profiles")
+    $BENCH_PROFILE_DIR set by the user stands. The variable reaches torchrun workers too. Serving
+    records (mode serve) go to out_dir/serving/ the same way ($BENCH_SERVING_DIR)."""
+    set_here = []
+    for name, sub in (("BENCH_PROFILE_DIR", "profiles"), ("BENCH_SERVING_DIR", "serving")):
+        if not os.environ.get(name):
+            os.environ[name] = str(out_dir / sub)
+            set_here.append(name)
     try:
         yield
     finally:
-        os.environ.pop("BENCH_PROFILE_DIR", None)
+        for name in set_here:
+            os.environ.pop(name, None)
 
 
 def failure_rows(configs: list[BenchConfig], status: str, message: str, extra: dict | None = None) -> list[dict]:

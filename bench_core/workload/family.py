@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from bench_core.errors import ConfigError
+from bench_core.workload.precision import resolve_precision
 
 # Every config field that shapes an input, and what it applies to: a field set for a model whose
 # task does not read it is refused with this text.
@@ -49,6 +50,7 @@ class Task:
     modes: tuple[str, ...] = ("train", "infer")
     description = ""                         # 'a 2D classification model': how refusals name the model
     mfu_note: str | None = None              # why MFU does not apply to this task's rows (None: it does)
+    has_transformer_blocks = False           # True: transformer_blocks finds them (FSDP, tensor parallel, checkpointing)
 
     def check(self, spec: "ModelSpec", cfg) -> None:
         """Fill the model's defaults into `cfg` and refuse what it cannot take (ConfigError)."""
@@ -59,6 +61,16 @@ class Task:
         if cfg.mode not in self.modes:
             raise ConfigError("mode", f"{cfg.mode} does not apply to {spec.name}, {described}; "
                                       f"allowed: {', '.join(self.modes)}")
+        float8 = resolve_precision(getattr(cfg, "precision", "fp32")).float8_recipe
+        if float8 and not (self.has_transformer_blocks and cfg.mode == "train"):
+            raise ConfigError("precision", f"{cfg.precision} is float8 training of a transformer's linear layers "
+                                           f"(torchao); {spec.name} is {described}, in mode {cfg.mode}: allowed for "
+                                           "it: fp32, tf32, fp16, bf16, amp-fp16, amp-bf16")
+        if not self.has_transformer_blocks:
+            for name, plain in (("parallelism", "ddp"), ("activation_checkpointing", "none")):
+                if getattr(cfg, name, plain) != plain:
+                    raise ConfigError(name, f"{getattr(cfg, name)} works per transformer block; {spec.name} is "
+                                            f"{described}, which declares none; allowed: {plain}")
 
     def build(self, spec: "ModelSpec", cfg):
         """The model, with random weights."""
@@ -107,6 +119,22 @@ class Task:
     def memory_needed(self, cfg) -> tuple[int, str] | None:
         """(bytes, what) the model needs at least, known before it is built; a device with less free
         memory makes the run an `oom` row without trying. None: not known."""
+        return None
+
+    def transformer_blocks(self, model) -> list:
+        """The model's lists of transformer blocks (torch.nn.ModuleList), which FSDP shards one by one and
+        activation checkpointing wraps; [] where the task declares none."""
+        return []
+
+    def tensor_parallel_plan(self, model) -> dict[str, str] | None:
+        """{name inside a block: 'colwise' | 'rowwise'}: how tensor parallel splits a block's linear layers
+        (Megatron's column- then row-wise split); None where the model states no plan."""
+        return None
+
+    def activation_bytes(self, model, cfg, dtype_bytes: int, tp_degree: int) -> tuple[int, str] | None:
+        """(bytes, how) of the activations one rank keeps for the backward at its batch, under
+        cfg.activation_checkpointing, from the model's shape (`model` may be on the meta device); None
+        where the task states no estimate."""
         return None
 
     def unsupported_precision(self, precision, device_type: str) -> str | None:

@@ -2,7 +2,8 @@
 
 `fp16`/`bf16` cast the model and data (no master weights); `amp-*` keep fp32 weights and
 run eligible ops under autocast (`amp-fp16` trains with a GradScaler). `fp32` is strict
-IEEE fp32 (TF32 off); `tf32` is its own precision.
+IEEE fp32 (TF32 off); `tf32` is its own precision. `fp8-*` train with torchao's float8 linear
+layers (their matmuls in float8 e4m3 with the recipe's scales), the rest as amp-bf16.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class Precision:
     autocast_dtype: str | None = None  # torch.autocast dtype
     grad_scaler: bool = False          # GradScaler in training
     tf32: bool = False                 # allow TF32 tensor cores for fp32 matmul/conv
+    float8_recipe: str | None = None   # torchao float8 training recipe of the linear layers (tensorwise, rowwise)
 
     @property
     def compute_dtype(self) -> str:
@@ -37,6 +39,12 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("amp-fp16", "fp32 weights, autocast float16, GradScaler in training",
               autocast_dtype="float16", grad_scaler=True),
     Precision("amp-bf16", "fp32 weights, autocast bfloat16", autocast_dtype="bfloat16"),
+    Precision("fp8-tensorwise", "training: linear layers' matmuls in float8 e4m3 (torchao, one dynamic scale per "
+                                "tensor), the rest amp-bf16; CUDA compute capability 8.9+",
+              autocast_dtype="bfloat16", float8_recipe="tensorwise"),
+    Precision("fp8-rowwise", "training: linear layers' matmuls in float8 e4m3 (torchao, one dynamic scale per row: "
+                             "more accurate, slower than tensorwise), the rest amp-bf16; CUDA compute capability 8.9+",
+              autocast_dtype="bfloat16", float8_recipe="rowwise"),
 )}
 
 # Spellings of the seed projects. "16" is refused on purpose: tensorpix used it for AMP in

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_core.errors import ConfigError
+from bench_core.workload import transformer_shape as shape
 from bench_core.workload.family import ModelSpec, Task, Workload
 from bench_core.workload.vision import closest
 
@@ -79,6 +80,7 @@ class TextTask(Task):
     sample = "sequence"
     unit = "tokens/s"
     shape_fields = ("seq_len", "prompt_len", "new_tokens")
+    has_transformer_blocks = True
 
     def __init__(self, name: str, auto_class: str, modes: tuple[str, ...], description: str,
                  loss_type: str | None = None, masked: bool = False, encoder_decoder: bool = False):
@@ -92,15 +94,17 @@ class TextTask(Task):
     # -- configuration --------------------------------------------------------------------
     def check(self, spec: ModelSpec, cfg) -> None:
         super().check(spec, cfg)
+        if getattr(cfg, "parallelism", "ddp") == "fsdp-tp":
+            shape.check_tensor_parallel(spec.name, spec.builder.hf_config(), cfg.tp_degree)
         if cfg.channels_last:
             raise ConfigError("channels_last", f"applies to image models only; {spec.name} is {self.description}")
         limit, where = spec.builder.max_positions, spec.builder.limit_name
-        if cfg.mode == "generate":
+        if cfg.mode in ("generate", "serve"):  # serve: a request's prompt and output, as in generate
             if cfg.seq_len is not None:
-                raise ConfigError("seq_len", "with mode generate a sequence is prompt_len + new_tokens: give those "
+                raise ConfigError("seq_len", f"with mode {cfg.mode} a sequence is prompt_len + new_tokens: give those "
                                              "instead")
             if cfg.compile != "off":
-                raise ConfigError("compile", "not with mode generate: transformers' dynamic KV cache changes shape at "
+                raise ConfigError("compile", f"not with mode {cfg.mode}: transformers' dynamic KV cache changes shape at "
                                              "every token, so a compiled model would recompile inside the timed "
                                              "window; allowed: off")
             cfg.prompt_len = cfg.prompt_len or PROMPT_LEN
@@ -123,12 +127,12 @@ class TextTask(Task):
         return f"seq {spec.builder.default_seq_len}"
 
     def sample_shape(self, cfg) -> str:
-        if cfg.mode == "generate":
+        if cfg.mode in ("generate", "serve"):
             return f"prompt {cfg.prompt_len} + {cfg.new_tokens} new tokens"
         return f"{cfg.seq_len} tokens"
 
     def input_text(self, cfg) -> str:
-        return f"prompt {cfg.prompt_len} + {cfg.new_tokens} new" if cfg.mode == "generate" else f"seq {cfg.seq_len}"
+        return f"prompt {cfg.prompt_len} + {cfg.new_tokens} new" if cfg.mode in ("generate", "serve") else f"seq {cfg.seq_len}"
 
     def tokens_per_sample(self, cfg) -> int:
         return cfg.new_tokens if cfg.mode == "generate" else cfg.seq_len
@@ -150,8 +154,13 @@ class TextTask(Task):
             run = Generation({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, cfg.new_tokens)
             return Workload(prompt, loss=_model_loss, train_call=None, infer_call=None, generate_call=run,
                             facts=run.facts)
-        ids = torch.randint(0, vocab, (cfg.batch_size, cfg.seq_len), device=device, generator=generator)
-        labels = self.labels(ids, generator)
+        # The global batch drawn alike on every rank, this rank's part cut from it: a sharded run and one process
+        # given the whole batch train on the same sequences.
+        parts, part = cfg.world_size // cfg.tp_degree, slice(rank * cfg.batch_size, (rank + 1) * cfg.batch_size)
+        generator.manual_seed(cfg.seed)
+        ids = torch.randint(0, vocab, (cfg.batch_size * parts, cfg.seq_len), device=device, generator=generator)
+        labels = self.labels(ids, generator)[part]
+        ids = ids[part]
         # An encoder-decoder's forward runs its decoder too: over a target as long as the input, as in training.
         given = {"decoder_input_ids": ids} if self.encoder_decoder else {}
         return Workload(ids, loss=_model_loss, train_call=lambda m: m(input_ids=ids, labels=labels),
@@ -173,14 +182,24 @@ class TextTask(Task):
     # -- FLOPs ---------------------------------------------------------------------------
     def formula_flops(self, model, cfg) -> tuple[float, str] | None:
         """FLOPs per sequence by the standard transformer formula (see flops_formula)."""
-        return flops_formula(model, cfg)
+        return shape.flops_formula(model, cfg)
+
+    # -- sharding and memory: from the model's shape (transformer_shape.py) ------------------
+    def transformer_blocks(self, model) -> list:
+        return shape.transformer_blocks(model)
+
+    def tensor_parallel_plan(self, model) -> dict[str, str] | None:
+        return shape.tensor_parallel_plan(model)
+
+    def activation_bytes(self, model, cfg, dtype_bytes: int, tp_degree: int) -> tuple[int, str] | None:
+        return shape.activation_bytes(model, cfg, dtype_bytes, tp_degree)
 
 
 # loss_type: said where the class name would not tell transformers (GPT2LMHeadModel); a
 # ...ForConditionalGeneration class names its own.
 MASKED_LM = TextTask("masked-lm", "AutoModelForMaskedLM", ("train", "infer"), "an encoder (masked language model)",
                      loss_type="ForMaskedLM", masked=True)
-CAUSAL_LM = TextTask("causal-lm", "AutoModelForCausalLM", ("train", "infer", "generate"),
+CAUSAL_LM = TextTask("causal-lm", "AutoModelForCausalLM", ("train", "infer", "generate", "serve"),
                      "a decoder (causal language model)", loss_type="ForCausalLM")
 SEQ2SEQ_LM = TextTask("seq2seq-lm", "AutoModelForSeq2SeqLM", ("train", "infer", "generate"),
                       "an encoder-decoder (sequence-to-sequence language model)", encoder_decoder=True)
@@ -193,68 +212,6 @@ def _model_loss(output):
 
 def _vocab_size(spec: ModelSpec) -> int:
     return int(spec.builder.config.get("vocab_size") or spec.builder.hf_config().vocab_size)
-
-
-# -- FLOPs: PaLM (appendix B), as nanoGPT and torchtitan compute MFU ----------------------------
-
-def flops_formula(model, cfg) -> tuple[float, str] | None:
-    """FLOPs per sequence: 6N + 12·L·H·Q·T per trained token, 2N + 4·L·H·Q·T per forward token (N
-    the parameters that multiply: all but embedding lookups; an encoder-decoder's attention counts
-    its encoder layers and twice its decoder layers: self and cross). Generate (decoder only):
-    the prompt's forward, the LM head once for the first token, then each new token's forward over
-    its context. None where no formula applies (encoder-decoder generate: counted instead)."""
-    shape = attention_shape(model.config)
-    if shape is None:
-        return None
-    layers, heads, head_dim = shape
-    n = matmul_parameters(model)
-    attention = 4 * heads * head_dim
-    if cfg.mode == "generate":
-        if getattr(model.config, "is_encoder_decoder", False):
-            return None
-        head = model.get_output_embeddings().weight.numel() if model.get_output_embeddings() is not None else 0
-        p, new = cfg.prompt_len, cfg.new_tokens
-        prefill = 2 * (n - head) * p + 2 * head + attention * layers * p * p
-        decode = sum(2 * n + attention * layers * (p + k) for k in range(1, new))
-        return float(prefill + decode), "formula: prefill 2N·P + 4·L·H·Q·P² (LM head once), each new token 2N + " \
-                                        "4·L·H·Q·context (PaLM B)"
-    t = cfg.seq_len
-    forward = 2 * n * t + attention * layers * t * t
-    factor, per_token = (3, "6N + 12·L·H·Q·T") if cfg.mode == "train" else (1, "2N + 4·L·H·Q·T")
-    return float(factor * forward), f"formula: {per_token} per token (PaLM B; N = {n:,} multiplying parameters)"
-
-
-def attention_shape(config) -> tuple[int, int, int] | None:
-    """(attention layers, query heads, head dim) from a transformers config; an encoder-decoder's
-    layers are its encoder's plus twice its decoder's (self- and cross-attention)."""
-    heads = _first(config, "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads")
-    hidden = _first(config, "hidden_size", "n_embd", "d_model")
-    if not heads or not hidden:
-        return None
-    head_dim = _first(config, "head_dim", "d_kv") or hidden // heads
-    if getattr(config, "is_encoder_decoder", False):
-        encoder = _first(config, "num_layers", "encoder_layers")
-        decoder = _first(config, "num_decoder_layers", "decoder_layers") or encoder
-        return (encoder + 2 * decoder, heads, head_dim) if encoder else None
-    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
-    return (layers, heads, head_dim) if layers else None
-
-
-def _first(config, *names) -> int | None:
-    for name in names:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def matmul_parameters(model) -> int:
-    """Parameters that take part in a matrix multiply: all but embedding tables used only for a
-    lookup (token, position, type embeddings), except one tied to the output layer."""
-    import torch
-    linear = {id(m.weight) for m in model.modules() if hasattr(m, "weight") and not isinstance(m, torch.nn.Embedding)}
-    lookup = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-    return sum(p.numel() for p in model.parameters()) - sum(n for key, n in lookup.items() if key not in linear)
 
 
 # -- the models ------------------------------------------------------------------------------

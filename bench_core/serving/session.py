@@ -1,0 +1,179 @@
+"""Measuring a serve configuration against a ready server: untimed warm-up requests, then
+`repeats` timed points of the configuration's load, each a result row whose figures come from
+its per-request records (kept in a file beside the rows).
+
+A `ServingSession` holds one server for several points (the SLO search and the tests measure many
+loads on one server; a started engine takes long to warm up). launch.engine_server starts the
+server and makes the session; closing the session stops the server's whole process tree,
+whatever ends it (on Ctrl-C and SIGTERM the repeats that finished are attached to the
+KeyboardInterrupt as `rows`, as the runner does).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Callable
+
+from bench_core.config.schema import BenchConfig
+from bench_core.errors import ConfigError, interrupted_by
+from bench_core.measure import environment
+from bench_core.measure.noise import flag_unstable_repeats
+from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
+from bench_core.serving import metrics
+from bench_core.serving.client import ENDPOINTS, payload
+from bench_core.serving.engines import Engine, resolve_engine
+from bench_core.serving.load import Load, PointResult, run_point
+from bench_core.serving.model_folder import folder_for
+from bench_core.serving.prompts import PromptMaker
+from bench_core.serving.records import RequestRecord, write_records
+from bench_core.serving.server import Server, check_served
+
+DEFAULT_DIR = Path("outputs") / "serving"
+THROUGHPUT_UNIT = "served tokens/s"  # its own unit: never on one axis with generate's tokens/s
+
+
+def records_dir() -> Path:
+    """Where per-request records go: $BENCH_SERVING_DIR (bench run --out and sweeps set it to
+    <out>/serving), else ./outputs/serving."""
+    return Path(os.environ.get("BENCH_SERVING_DIR") or DEFAULT_DIR)
+
+
+def prepare(cfg: BenchConfig) -> tuple[Engine, Path, bool]:
+    """The engine, the model folder to serve (the user's, or the named shape written once) and
+    whether the engine loads random weights itself."""
+    engine = resolve_engine(cfg.engine)
+    dummy = bool(engine.dummy_weights) and not cfg.model_dir
+    if cfg.model_dir:
+        folder = Path(cfg.model_dir)
+        check_model_dir(folder, cfg)
+    else:
+        folder = folder_for(cfg.model, weights=not dummy)
+    return engine, folder, dummy
+
+
+class ServingSession:
+    """A ready server and the prompts of its model's tokenizer."""
+
+    def __init__(self, cfg: BenchConfig, server: Server, folder: Path, progress: Callable[[str], None] | None = None):
+        self.cfg, self.server, self.engine = cfg, server, server.engine
+        self.say = progress or (lambda text: None)
+        from transformers import AutoTokenizer  # heavy: only when a session is made
+        self.prompts = PromptMaker(AutoTokenizer.from_pretrained(folder), seed=cfg.seed)
+        self.next_index = 0  # every request of the session gets a new number: no prompt repeats
+        self.model = check_served(server, cfg.served_model or str(folder))
+
+    def close(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> "ServingSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------------
+    def _body(self, cfg: BenchConfig, index: int) -> tuple[dict, RequestRecord]:
+        prompt = self.prompts.prompt(index, cfg.prompt_len)
+        body = payload(cfg.endpoint, self.model, prompt, cfg.new_tokens, self.engine.request_fields(cfg.new_tokens))
+        return body, RequestRecord(index, cfg.prompt_len, cfg.new_tokens)
+
+    def _point(self, cfg: BenchConfig, requests: int, concurrency: int | None, rate: float | None) -> PointResult:
+        start = self.next_index
+        self.next_index += requests
+        load = Load(requests, concurrency=concurrency, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed + start,
+                    max_error_rate=cfg.max_error_rate, timeout_s=cfg.request_timeout_s)
+        return run_point(load, self.server.url + ENDPOINTS[cfg.endpoint], lambda i: self._body(cfg, start + i))
+
+    def warm_up(self, cfg: BenchConfig) -> None:
+        """Untimed requests (at most the point's concurrency at once); their failures end the run."""
+        if not cfg.warmup_steps:
+            return
+        self.say(f"serve: {cfg.warmup_steps} warm-up requests")
+        result = self._point(cfg, cfg.warmup_steps, min(cfg.concurrency or 1, cfg.warmup_steps), None)
+        failed = [r for r in result.records if not r.ok]
+        if failed:
+            raise ServingFailed(f"warm-up: {len(failed)} of {len(result.records)} requests failed; first: "
+                                f"{failed[0].error}")
+
+    def measure(self, cfg: BenchConfig) -> list[dict]:
+        """`cfg.repeats` timed points of cfg's load on this server: one row each."""
+        base = {**run_fields(cfg), **environment.collect(), **self.identity()}
+        try:
+            self.warm_up(cfg)
+        except ServingFailed as exc:
+            return [failure_row(base, "error", str(exc))]
+        rows: list[dict] = []
+        try:
+            for repeat in range(cfg.repeats):
+                self.say(f"serve: {describe_load(cfg)}: repeat {repeat + 1}/{cfg.repeats}")
+                result = self._point(cfg, cfg.steps, cfg.concurrency, cfg.request_rate)
+                rows.append(self.row(cfg, base, repeat, result))
+                if result.stopped:
+                    break
+        except KeyboardInterrupt as exc:
+            flag_unstable_repeats(rows)
+            exc.rows = rows + [failure_row({**base, "repeat": len(rows)}, "interrupted",
+                                           f"stopped by {interrupted_by(exc)} during repeat {len(rows)}")]
+            raise
+        flag_unstable_repeats(rows)
+        return rows
+
+    def identity(self) -> dict:
+        s = self.server
+        return {"engine_version": s.version or None, "engine_command": shlex.join(s.command) if s.command else None,
+                "served_model_id": self.model, "server_startup_s": s.startup_s, "task": "causal-lm",
+                "input_shape": f"prompt {self.cfg.prompt_len} + {self.cfg.new_tokens} new tokens"}
+
+    def row(self, cfg: BenchConfig, base: dict, repeat: int, result: PointResult) -> dict:
+        figures = metrics.figures(result.records, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
+                                  client_cpu_s=result.client_cpu_s, loop_lag_ms=result.loop_lag_ms)
+        path = records_dir() / base["run_id"] / f"records-{repeat}.json"
+        meta = {"run_id": base["run_id"], "repeat": repeat, "load": describe_load(cfg),
+                "slo_ttft_ms": cfg.slo_ttft_ms, "slo_tpot_ms": cfg.slo_tpot_ms,
+                "client_cpu_s": result.client_cpu_s, "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
+        write_records(path, result.records, meta)
+        flags = []
+        if figures["client_saturated"]:
+            flags.append(f"client-saturated(cpu {figures['client_cpu_fraction'] or 0:.2f} of a core, loop lag p99 "
+                         f"{figures['client_loop_lag_ms_p99'] or 0:.1f} ms)")
+        status, message = "ok", ""
+        if result.stopped:
+            status, message = "error", result.stopped
+        elif not figures["requests_ok"]:
+            first = next((r.error for r in result.records if r.error), "no request completed")
+            status, message = "error", f"every request failed; first: {first}"
+        rate = figures["output_tokens_per_s"]
+        price = cfg.price_per_hour
+        return finish_row({
+            **base, **figures, "repeat": repeat, "status": status, "message": message,
+            "records_file": str(path), "samples_per_s": figures["requests_per_s"], "sample_unit": "requests/s",
+            "throughput": rate, "throughput_unit": THROUGHPUT_UNIT, "tokens_per_s": rate,
+            "timed_s": figures["serve_window_s"], "timed_steps": figures["requests_sent"],
+            "batch_size_actual": cfg.concurrency, "noise_flags": ";".join(flags) or None,
+            "cost_per_million": price / (rate * 3600) * 1e6 if price and rate else None,
+        })
+
+
+class ServingFailed(Exception):
+    """The server answered, but not well enough to measure (warm-up requests failed)."""
+
+
+def describe_load(cfg: BenchConfig) -> str:
+    if cfg.request_rate:
+        cap = f", at most {cfg.concurrency} in flight" if cfg.concurrency else ""
+        return f"{cfg.request_rate:g} requests/s (burstiness {cfg.burstiness:g}{cap})"
+    return f"concurrency {cfg.concurrency}"
+
+
+def check_model_dir(folder: Path, cfg: BenchConfig) -> None:
+    """A user's folder: it must hold a config; a prompt + output beyond its context is refused."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("model_dir", f"{folder} has no readable config.json ({error_message(exc)})") from None
+    limit = config.get("max_position_embeddings")
+    if limit and cfg.prompt_len + cfg.new_tokens > int(limit):
+        raise ConfigError("prompt_len", f"prompt_len + new_tokens = {cfg.prompt_len + cfg.new_tokens} is beyond the "
+                                        f"model's {limit} positions (max_position_embeddings of {folder})")

@@ -1,0 +1,85 @@
+"""float8 training (torchao): refused with the reason where no float8 tensor cores exist (every CPU, GPUs
+before compute capability 8.9), the conversion of a transformer's linear layers (run here on torch's CPU
+reference float8 matmul, for correctness only), and MFU stated against both the FP8 and the BF16 peak."""
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from bench_core import BenchConfig, ConfigError, run_benchmark
+from bench_core.capability import UNSUPPORTED, capability_table, cuda_support
+from bench_core.measure import efficiency
+from bench_core.run import float8
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import PRECISIONS, resolve_precision
+from conftest import bench_here
+
+FP8 = ("fp8-tensorwise", "fp8-rowwise")
+LLAMA = dict(model="llama-tiny", seq_len=16, batch_size=2, steps=1, warmup_steps=1, repeats=1, min_seconds=0,
+             device="cpu")
+
+
+def test_fp8_is_none_on_this_cpu_with_the_reason_in_sysinfo_and_in_the_row(capsys):
+    table = {line["precision"]: line for line in capability_table(torch.device("cpu"))}
+    for name in FP8:
+        assert table[name]["support"] == UNSUPPORTED and "compute capability 8.9+" in table[name]["reason"]
+    done = bench_here(capsys, "sysinfo", "--json")
+    listed = {p["precision"]: p for p in json.loads(done.stdout)["precisions"]}
+    assert listed["fp8-rowwise"]["support"] == UNSUPPORTED
+    (row,) = run_benchmark(BenchConfig(**LLAMA, precision="fp8-tensorwise"))
+    assert row["status"] == "unsupported" and "no CPU has float8 matrix units" in row["message"]
+
+
+@pytest.mark.parametrize("capability, name, level", [
+    ((8, 0), "NVIDIA A100-SXM4-80GB", UNSUPPORTED), ((8, 6), "NVIDIA GeForce RTX 3090", UNSUPPORTED),
+    ((8, 9), "NVIDIA L4", "native"), ((9, 0), "NVIDIA H100 80GB HBM3", "native"), ((10, 0), "NVIDIA B200", "native"),
+])
+def test_fp8_is_native_from_compute_capability_8_9(capability, name, level):
+    found = cuda_support(PRECISIONS["fp8-rowwise"], capability, name)
+    if level == UNSUPPORTED:
+        assert found.level == UNSUPPORTED and f"{name} is {capability[0]}.{capability[1]}" in found.reason
+    elif importlib.util.find_spec("torchao") is None:  # an optional dependency: its absence is the reason
+        assert found.level == UNSUPPORTED and "needs torchao" in found.reason
+    else:
+        assert found.level == level and "torchao rowwise scaling" in found.reason
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(model="resnet18", seq_len=None), "resnet18 is"),
+    (dict(mode="infer"), "in mode infer"),
+])
+def test_fp8_outside_transformer_training_names_the_field(changes, words):
+    with pytest.raises(ConfigError) as caught:
+        BenchConfig(**{**LLAMA, "precision": "fp8-tensorwise", **changes})
+    assert caught.value.field == "precision" and words in str(caught.value)
+
+
+@pytest.mark.parametrize("recipe", FP8)
+def test_the_linear_layers_train_in_float8_and_the_output_layer_stays(recipe):
+    pytest.importorskip("torchao", reason="torchao is an optional dependency (pip install notebook-bench[float8])")
+    cfg = BenchConfig(**LLAMA)
+    spec = resolve_model(cfg.model)
+    ids = torch.randint(0, 32000, (2, 16), generator=torch.Generator().manual_seed(0))
+    losses = {}
+    for name in ("amp-bf16", recipe):
+        torch.manual_seed(0)
+        model = spec.build(cfg)
+        facts = float8.convert(model, resolve_precision(name))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses[name] = float(loss)
+    # 2 blocks x (q, k, v, o, gate, up, down); the tied output layer is left alone
+    assert facts == {"float8_linears": 14} and type(model.lm_head) is torch.nn.Linear
+    assert type(model.model.layers[0].mlp.down_proj).__name__ == "Float8Linear"
+    assert model.model.layers[0].mlp.down_proj.weight.grad is not None
+    assert losses[recipe] == pytest.approx(losses["amp-bf16"], rel=0.01)  # float8 rounding, not another model
+
+
+def test_fp8_mfu_is_stated_against_the_fp8_and_the_bf16_peak():
+    row = {"device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "precision": "fp8-tensorwise",
+           "flops_per_sample": 1e12, "samples_per_s": 4000.0, "world_size": 8, "timed_s": 1.0}
+    out = efficiency.derive(row, BenchConfig(**LLAMA))
+    assert out["peak_tflops"] == 1979 and out["peak_tflops_bf16"] == 989.5
+    assert out["mfu"] == pytest.approx(4000 / (1979 * 8)) and out["mfu_bf16_peak"] == pytest.approx(2 * out["mfu"])

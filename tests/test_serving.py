@@ -1,0 +1,252 @@
+"""Mode serve against a real `transformers serve` (CPU, continuous batching, a tiny random-weight
+Llama and a tokenizer built offline): one server for the module, asserted by many tests. Faults
+a real engine will not produce on demand come from a small proxy in front of it."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench_core.config.schema import BenchConfig
+from bench_core.errors import ConfigError
+from bench_core.launch.engine_server import free_port, open_server
+from bench_core.results.store import read_run
+from bench_core.serving import metrics, slo
+from bench_core.serving.model_folder import folder_for
+from bench_core.serving.records import read_records
+from conftest import bench_here
+from serving_proxy import FaultProxy
+
+SMALL = dict(model="llama-tiny", mode="serve", prompt_len=8, new_tokens=4, steps=4, warmup_steps=1, repeats=1,
+             request_timeout_s=300, server_timeout_s=900)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return folder_for("llama-tiny", root=tmp_path_factory.mktemp("models"))
+
+
+def serve_config(folder, **changes) -> BenchConfig:
+    return BenchConfig(**{**SMALL, "model_dir": str(folder), **changes})
+
+
+@pytest.fixture(scope="module")
+def session(folder, tmp_path_factory):
+    """One real server for the module (its warm-up takes tens of seconds on a busy 2-core CPU)."""
+    old = os.environ.get("BENCH_SERVING_DIR")
+    os.environ["BENCH_SERVING_DIR"] = str(tmp_path_factory.mktemp("serving"))
+    cfg = serve_config(folder)
+    with open_server(cfg) as opened:
+        opened.warm_up(cfg)
+        yield opened
+        tree = [opened.server.child.proc.pid, *opened.server.child.seen]
+    assert not [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    if old is None:
+        os.environ.pop("BENCH_SERVING_DIR", None)
+    else:
+        os.environ["BENCH_SERVING_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def proxy(session):
+    port = int(session.server.url.rsplit(":", 1)[1])
+    made = FaultProxy(port)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def proxied(session, proxy, folder):
+    """A second session, attached to the real server through the fault proxy."""
+    with open_server(serve_config(folder, server_url=proxy.url, served_model=session.model)) as opened:
+        yield opened
+
+
+def server_processes(pid: int) -> list[psutil.Process]:
+    """The running descendants of `pid` that are a transformers server."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "transformers.cli" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:  # gone meanwhile (a short-lived helper process)
+            pass
+    return found
+
+
+def figures_of(row: dict) -> dict:
+    """The row's figures recomputed from its records file alone."""
+    meta, records = read_records(Path(row["records_file"]))
+    return metrics.figures(records, slo_ttft_ms=meta["slo_ttft_ms"], slo_tpot_ms=meta["slo_tpot_ms"],
+                           client_cpu_s=meta["client_cpu_s"], loop_lag_ms=meta["loop_lag_ms"])
+
+
+def test_a_concurrency_point_gives_percentiles_recomputable_from_its_records(session, folder):
+    cfg = serve_config(folder, concurrency=2, repeats=2)
+    rows = session.measure(cfg)
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows[0]["message"]
+    for row in rows:
+        for name in metrics.METRICS:
+            for stat in ("mean", "p50", "p90", "p99"):
+                assert row[f"{name}_ms_{stat}"] > 0, f"{name}_ms_{stat}"
+        assert row["ttft_ms_p50"] <= row["ttft_ms_p90"] <= row["ttft_ms_p99"]
+        recomputed = figures_of(row)
+        assert {k: row[k] for k in recomputed} == recomputed
+        # exact prompt lengths (the engine's own count), output counted from usage
+        assert row["prompt_tokens_total"] == cfg.prompt_len * row["requests_ok"] == cfg.prompt_len * cfg.steps
+        assert 0 < row["output_tokens_total"] <= cfg.new_tokens * cfg.steps
+        assert row["engine"] == "transformers" and row["engine_version"] and "serve" in row["engine_command"]
+        assert row["throughput_unit"] == "served tokens/s" and row["tokens_per_s"] == row["output_tokens_per_s"]
+    _, records = read_records(Path(rows[0]["records_file"]))
+    _, later = read_records(Path(rows[1]["records_file"]))
+    assert len({r.index for r in records + later}) == 2 * cfg.steps  # every request a new prompt
+
+
+def test_a_rate_point_records_the_rate_achieved_beside_the_rate_asked(session, folder):
+    row = session.measure(serve_config(folder, request_rate=8.0, burstiness=0.5))[0]
+    assert row["status"] == "ok" and row["request_rate"] == 8.0
+    assert row["request_rate_achieved"] > 0 and row["e2e_ms_p99"] >= row["e2e_ms_p50"]
+    _, records = read_records(Path(row["records_file"]))
+    assert all(r.scheduled_s is not None for r in records)
+    assert figures_of(row)["request_rate_achieved"] == row["request_rate_achieved"]
+
+
+def test_the_slo_search_returns_a_point_that_meets_and_the_next_higher_misses(session, folder):
+    measured = {}
+
+    def measure(load):
+        measured[load] = session.measure(serve_config(folder, concurrency=int(load)))[0]
+        return measured[load]
+
+    lowest = measure(1)
+    bound_ttft, bound_tpot = lowest["ttft_ms_p99"], 1e6  # the lowest load meets by construction
+    met = lambda row: metrics.slo_met(row, bound_ttft, bound_tpot)  # noqa: E731
+    for load in (2, 4):
+        measure(load)
+    answer = slo.highest_meeting(measured.values(), met)
+    assert answer.best is not None and met(answer.best)
+    assert answer.best["ttft_ms_p99"] <= bound_ttft
+    higher = sorted(load for load in measured if load > answer.best["concurrency"])
+    if answer.first_miss is None:  # every measured load met: the best is the highest
+        assert not higher
+    else:
+        assert not met(answer.first_miss) and answer.first_miss["concurrency"] == higher[0]
+    assert "with p99 TTFT <=" in answer.headline(bound_ttft, bound_tpot)
+    # the search measures in increasing load and stops after the first miss
+    stopped = slo.search(lambda load: {**measured[load], "slo_met": met(measured[load])}, [4, 1, 2])
+    assert [p["concurrency"] for p in stopped.checked] == [1, 2, 4][:len(stopped.checked)]
+    assert all(met(p) for p in stopped.checked[:-1])
+
+
+@pytest.mark.parametrize("fault, expect", [("status", "HTTP 429"), ("drop", "Error"), ("stall", "ReadTimeout")])
+def test_faults_become_recorded_failed_requests(proxied, folder, proxy, fault, expect):
+    proxy.set(fault, status=429, every=2)
+    cfg = serve_config(folder, concurrency=2, steps=6, warmup_steps=0, max_error_rate=1.0, request_timeout_s=3)
+    row = proxied.measure(cfg)[0]
+    _, records = read_records(Path(row["records_file"]))
+    failed = [r for r in records if not r.ok]
+    assert len(records) == 6 and row["requests_sent"] == 6  # none dropped from the record
+    assert row["request_errors"] == len(failed) >= 1 and row["error_rate"] == len(failed) / 6
+    assert all(expect in r.error for r in failed), [r.error for r in failed]
+    assert row["requests_ok"] == 6 - len(failed)
+    assert figures_of(row) == {k: row[k] for k in figures_of(row)}
+
+
+def test_an_error_rate_limit_stops_the_point(proxied, folder, proxy):
+    proxy.set("status", status=500, every=1)
+    row = proxied.measure(serve_config(folder, concurrency=1, steps=20, warmup_steps=0, max_error_rate=0.2))[0]
+    assert row["status"] == "error" and "error-rate limit" in row["message"]
+    assert row["requests_sent"] < 20 and row["request_errors"] == row["requests_sent"]
+
+
+def test_a_model_the_server_does_not_serve_is_refused(session, capsys, tmp_path, folder):
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--server-url", session.server.url, "--served-model", "nope", "-q", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "served_model: 'nope' is not served" in done.stderr
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_url_that_does_not_answer_is_bad_input(capsys, tmp_path, folder):
+    url = f"http://127.0.0.1:{free_port()}"
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--server-url", url, "-q", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.startswith("bench run: error: server_url:")
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_server_command_that_exits_at_once_shows_its_log_tail(capsys, tmp_path, folder):
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--server-args=--no-such-flag", "-q", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "server_args: transformers server exited at once" in done.stderr and "no-such-flag" in done.stderr
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_server_never_healthy_says_how_long_it_waited(capsys, tmp_path, folder):
+    before = {p.pid for p in server_processes(os.getpid())}  # the module's server may be running
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--server-timeout-s", "0.5", "-q", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "server_timeout_s: transformers server not healthy after" in done.stderr
+    assert "(limit 0.5 s; last check:" in done.stderr and "log tail:" in done.stderr
+    assert {p.pid for p in server_processes(os.getpid())} <= before
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--request-rate", "0"], "request_rate"), (["--request-rate", "-3"], "request_rate"),
+    (["--request-rate", "1e12"], "request_rate"), (["--concurrency", "0"], "concurrency"),
+    (["--concurrency", "-1"], "concurrency"), (["--concurrency", "10000000"], "concurrency"),
+    (["--slo-ttft-ms", "0"], "slo_ttft_ms"), (["--slo-tpot-ms", "-5"], "slo_tpot_ms"),
+    (["--slo-tpot-ms", "fast"], "slo_tpot_ms"), (["--engine", "nosuch"], "engine"),
+    (["--prompt-len", "131000", "--new-tokens", "100"], "new_tokens"),
+])
+def test_bad_serving_settings_are_one_line_naming_the_field(capsys, tmp_path, flags, field):
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", *flags, "--out", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"bench run: error: {field}:"), done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_prompt_beyond_a_model_folders_context_is_refused(tmp_path, folder):
+    small = tmp_path / "small"
+    small.mkdir()
+    config = json.loads((folder / "config.json").read_text())
+    (small / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 64}))
+    from bench_core.serving.session import prepare
+    with pytest.raises(ConfigError, match=r"^prompt_len: prompt_len \+ new_tokens = 72 is beyond"):
+        prepare(serve_config(small, prompt_len=64, new_tokens=8))
+
+
+def test_serve_fields_outside_mode_serve_are_refused():
+    with pytest.raises(ConfigError, match="^concurrency: applies to mode serve only"):
+        BenchConfig(model="llama-tiny", mode="generate", concurrency=2)
+    assert BenchConfig(model="llama-tiny", mode="generate").config_hash() == \
+        BenchConfig(model="llama-tiny", mode="generate", engine=None).config_hash()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143)])
+def test_sigterm_stops_the_server_and_keeps_finished_points(folder, tmp_path, sig, code):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench_core", "run", "--mode", "serve", "--model", "llama-tiny",
+               "--model-dir", str(folder), "--prompt-len", "8", "--new-tokens", "4", "--steps", "3",
+               "--warmup-steps", "1", "--repeats", "50", "--out", str(out)]
+    bench = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 900
+    while not list(out.glob("serving/*/records-0.json")) and time.monotonic() < deadline and bench.poll() is None:
+        time.sleep(0.5)
+    assert bench.poll() is None, bench.communicate()[0][-3000:]
+    servers = server_processes(bench.pid)
+    assert servers, "the server should be running while points are measured"
+    bench.send_signal(sig)
+    output = bench.communicate(timeout=120)[0]
+    assert bench.returncode == code, output[-2000:]
+    assert not [p for p in servers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    rows = read_run(next(out.glob("runs/*")))
+    assert rows[0]["status"] == "ok" and rows[-1]["status"] == "interrupted"
