@@ -82,6 +82,12 @@ def flag_unstable_repeats(rows: list[dict]) -> None:
         row["noise_flags"] = ";".join(f for f in [*(row.get("noise_flags") or "").split(";"), flag] if f)
 
 
+# A serving point's client (bench_core.serving) saturated: its CPU time over the window above this share of one
+# core, or its event loop's p99 lag above this many ms. Then the client, not the server, may have set the pace.
+CLIENT_CPU_LIMIT = 0.9
+LOOP_LAG_LIMIT_MS = 50.0
+
+
 def noise_rules() -> list[dict]:
     """Each flag the code can raise, its threshold and why (the report's Method section shows this
     table; tests/test_report.py checks that every flag the code writes is here)."""
@@ -107,4 +113,7 @@ def noise_rules() -> list[dict]:
         {"flag": "other-processes-on-device", "threshold": "any foreign process on the GPU (NVML)",
          "why": "another process shared the device"},
         {"flag": "mfu-above-1", "threshold": "MFU > 1", "why": "impossible: the peak is too low; MFU is not shown"},
+        {"flag": "client-saturated", "threshold": f"serving: the client used > {CLIENT_CPU_LIMIT} of a core, or its "
+                                                  f"event loop's p99 lag > {LOOP_LAG_LIMIT_MS:g} ms",
+         "why": "the load generator, not the server, may have set the pace: its latencies include its own queueing"},
     ]

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench_core.measure.noise import CLIENT_CPU_LIMIT, LOOP_LAG_LIMIT_MS
 from bench_core.serving.records import RequestRecord
 
 PERCENTILES = (50, 90, 99)
-CLIENT_CPU_LIMIT = 0.9
-LOOP_LAG_LIMIT_MS = 50.0
 METRICS = ("ttft", "tpot", "itl", "e2e")
 
 
