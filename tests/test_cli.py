@@ -1,5 +1,6 @@
 """`bench` as a user types it: one-line errors with exit 2 and nothing written, rows on success."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,25 @@ def test_run_prints_a_table_and_writes_rows(tmp_path, capsys):
     # a second run appends, never overwrites
     assert bench_here(capsys, "run", *TINY_FLAGS, "--mode", "infer", "--out", str(out)).returncode == 0
     assert len((out / "results.csv").read_text().splitlines()) == 5
+
+
+def test_a_generate_run_prints_no_library_noise_and_numbers_its_repeats_as_its_table(tmp_path):
+    """In an 80-column terminal: no transformers deprecation line, the progress numbers its repeats
+    as the table does (from 0), and every column of the table is under a header, within 80 columns."""
+    proc = subprocess.run([sys.executable, "-m", "bench_core", "run", "--model", "llama-tiny", "--mode", "generate",
+                           "--prompt-len", "16", "--new-tokens", "3", "--batch-size", "1", "--steps", "1",
+                           "--warmup-steps", "1", "--repeats", "2", "--min-seconds", "0", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert "deprecated" not in proc.stderr, proc.stderr
+    assert ": repeat 0 (1 of 2) " in proc.stderr and ": repeat 1 (2 of 2) " in proc.stderr
+    table = proc.stdout.splitlines()[1:-2]  # between the title and the first-step / rows-ok lines
+    assert all(len(line) <= 80 for line in table), proc.stdout
+    blocks = [block.splitlines() for block in "\n".join(table).split("\n\n")]
+    assert len(blocks) > 1 and "TTFT ms" in proc.stdout
+    for block in blocks:  # each block: a header, then the repeats 0 and 1 and the median
+        assert block[0].split()[0] == "repeat" and [line.split()[0] for line in block[1:]] == ["0", "1", "median"]
+        assert len(block[0]) >= max(len(line) for line in block[1:])  # no value beyond the last header
 
 
 def test_json_output_is_the_rows(capsys):

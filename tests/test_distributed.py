@@ -66,7 +66,7 @@ def test_two_process_ddp_gives_one_row_with_global_throughput(ddp_run):
     assert row["samples_per_s_per_device"] == pytest.approx(row["samples_per_s"] / 2)
     assert row["rank_devices"].count("cpu") == 2 and "rank1@" in row["rank_devices"]
     assert row["threads"] == worker.threads_per_process(tiny(), 2)  # cores shared, not torchrun's 1
-    assert any("repeat 1/1" in m for m in messages)  # rank 0's progress reaches the caller
+    assert any("repeat 0 (1 of 1)" in m for m in messages)  # rank 0's progress reaches the caller
     # The model's size reaches the row and its summary.csv line (counted independently here).
     resnet18 = sum(p.numel() for p in torchvision.models.resnet18(weights=None).parameters())
     (line,) = results.summary_lines(rows)

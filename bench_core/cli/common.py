@@ -227,8 +227,26 @@ def format_rows(rows: list[dict]) -> str:
         extras.append(f"embedding tables {rows[0]['embedding_table_bytes'] / 2**30:.3g} GiB")
     if rows[0].get("batch_search"):
         extras.append(rows[0]["batch_search"])
-    return head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n" + \
-        ", ".join(e for e in extras if e)
+    return head + "\n" + fitted_table(shown, terminal_width()) + "\n" + ", ".join(e for e in extras if e)
+
+
+def fitted_table(table, width: int | None) -> str:
+    """A table as text no wider than `width`: past it, the columns continue in a block below, each
+    block with its header and the first column (which row), so no column is shown without its
+    header (a terminal folding a wide line put the tail of each row under the next one)."""
+    def text(frame) -> str:
+        return frame.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    lines = text(table).splitlines()
+    if width is None or max(len(line) for line in lines) <= width:
+        return "\n".join(lines)
+    blocks, columns = [], list(table.columns[1:])
+    while columns:
+        take = 1
+        while take < len(columns) and max(map(len, text(table[[table.columns[0], *columns[:take + 1]]]).splitlines())) <= width:
+            take += 1
+        blocks.append(text(table[[table.columns[0], *columns[:take]]]))
+        columns = columns[take:]
+    return "\n\n".join(blocks)
 
 
 def terminal_width() -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,8 +33,8 @@ examples:
   bench selftest
   bench selftest --out outputs/selftest/$(hostname).json"""
     p.add_argument("--out", metavar="FILE", default=DEFAULT_OUT,
-                   help=f"where the checklist goes as JSON (default: {DEFAULT_OUT}); the CPU run's rows go "
-                        "beside it, under rows/")
+                   help=f"where the checklist goes as JSON (default: {DEFAULT_OUT}); nothing else is written "
+                        "(the check that a row is written and reads back uses a temporary folder, removed after)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,7 +44,9 @@ def main(args: argparse.Namespace) -> int:
     checklist = Checklist(say=lambda line: print(wrap_line(line, indent=12), flush=True))
     print(paint("bench selftest", "bold"), flush=True)
     print_capability_table()
-    cpu_checks(checklist, out.parent / "rows")
+    # --out FILE writes FILE only: the row written and read back goes to a folder removed after.
+    with tempfile.TemporaryDirectory(prefix="bench-selftest-") as scratch:
+        cpu_checks(checklist, Path(scratch))
     gpu_checks(checklist)
     counts = checklist.counts()
     report = {"started": started.isoformat(timespec="seconds"),

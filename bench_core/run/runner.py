@@ -261,8 +261,9 @@ class Session:
         row.update(efficiency.derive(row, cfg))
         row = finish_row(row)
         self.rows.append(row)  # before the line that says so: a signal after it cannot lose the row
-        self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat + 1}/{cfg.repeats} "
-                      f"{row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
+        # Numbered as the rows and the table number them (from 0), with the count beside it.
+        self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat} "
+                      f"({repeat + 1} of {cfg.repeats}) {row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
         return row
 
     def _loss(self) -> float:

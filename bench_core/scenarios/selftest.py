@@ -135,7 +135,7 @@ def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
         run_id = rows[0]["run_id"]
         path = results.write_run(rows_dir, run_id, rows[:1])
         back = json.loads(path.read_text())
-        return back[0]["run_id"] == run_id, f"{path} and {rows_dir / 'results.csv'}"
+        return back[0]["run_id"] == run_id, f"{path.name} and results.csv written and read back"
     checklist.run("a row is written and reads back", written)
 
 

@@ -61,7 +61,9 @@ class Generation:
             raise RuntimeError(f"generate produced {produced} tokens ({self.marks.count} marked), asked for "
                                f"exactly {self.new_tokens}")
         if "kv_cache_bytes" not in self.facts:
-            self.facts["kv_cache_bytes"] = tensor_bytes(out.past_key_values)
+            # `cache` since transformers 5 (reading `past_key_values` there logs a deprecation line on
+            # every run); `past_key_values` before it.
+            self.facts["kv_cache_bytes"] = tensor_bytes(out.cache if hasattr(out, "cache") else out.past_key_values)
         return self.marks.scores
 
 
