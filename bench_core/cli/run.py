@@ -17,6 +17,7 @@ from bench_core.cli.common import (
     format_rows,
     paint,
     progress_printer,
+    run_summary,
 )
 from bench_core.devices import check_runnable
 from bench_core.errors import (
@@ -29,6 +30,8 @@ from bench_core.errors import (
 from bench_core.files import check_writable, save_fallback
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.measure import environment
+from bench_core.results.disturbed import disturbed_note
+from bench_core.results.fidelity import is_wrong
 from bench_core.results.rows import failure_row, run_fields
 
 
@@ -38,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             --width 224 --height 224 --steps 50 --warmup-steps 10 --repeats 3 --device cuda --out outputs/quick
   bench run --model unet3d --depth 32 --width 64 --height 64 --mode infer --device cpu
   bench run --model resnet50 --precision amp-bf16 --batch-size 256 --nproc-per-node 8
+The last line says how many rows are ok, how many were disturbed (other processes on the CPU or device,
+throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
 exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported) or could not be saved, 2 bad
 input, 130 interrupted by Ctrl-C and 143 by SIGTERM (finished repeats are kept, the rest is one
 interrupted row)."""
@@ -103,4 +108,5 @@ def _show(args: argparse.Namespace, rows: list[dict], saved: bool) -> None:
     print(format_rows(rows))
     if args.verbose:
         print(format_details(rows[0]))
-    print(paint(f"{sum(r['status'] == 'ok' for r in rows)}/{len(rows)} rows ok", "green" if ok and saved else "red"))
+    doubtful = disturbed_note(rows) or is_wrong(rows[0])
+    print(paint(run_summary(rows), "red" if not (ok and saved) else ("yellow" if doubtful else "green")))
