@@ -189,7 +189,7 @@ def judge(result: Comparison) -> None:
     judged = result.judged
     result.mean_a = geometric_mean([result.samples_per_s_a[i] for i in judged]) if judged else None
     result.mean_b = geometric_mean([result.samples_per_s_b[i] for i in judged]) if judged else None
-    wrong = [f"{name} ({label}): {text}" for name, label, rows, text in
+    wrong = [f"{name} ({label}): {text.removeprefix('WRONG RESULTS: ')}" for name, label, rows, text in
              (("A", result.label_a, result.rows_a, result.outputs_a), ("B", result.label_b, result.rows_b, result.outputs_b))
              if rows and is_wrong(rows[0])]
     if wrong:  # no speed verdict: a variant that computes something else is not faster
