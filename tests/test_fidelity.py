@@ -99,3 +99,12 @@ def test_the_report_gives_a_wrong_variant_no_speed_verdict_and_a_faithful_one_it
     assert fp16["verdict"] == "wrong results" and pd.isna(fp16["ratio"])
     assert fp16["text"] == "wrong results (variant): no speed verdict"
     assert fp16["outputs"].startswith("WRONG RESULTS: outputs 97 % off fp32 eager NCHW (cosine 0.1;")
+
+
+def test_bench_run_of_a_wrong_variant_says_so_on_its_last_line_and_exits_1(capsys):
+    done = bench_here(capsys, "run", "--model", "test_loud_norm", "--mode", "infer", "--precision", "fp16",
+                      "--batch-size", "2", "--steps", "2", "--warmup-steps", "1", "--repeats", "1", "--min-seconds", "0",
+                      "--device", "cpu", "-q")
+    assert done.returncode == EXIT_FAILED, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("1/1 rows ok") and "; WRONG RESULTS: outputs " in last and "off fp32 eager NCHW" in last
