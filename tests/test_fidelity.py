@@ -51,7 +51,7 @@ def test_compare_of_a_variant_that_changes_the_results_says_wrong_results_not_fa
                       "--b", "precision=fp16", "--out", str(tmp_path))
     assert done.returncode == EXIT_FAILED, done.stdout + done.stderr
     verdict = done.stdout.splitlines()[-1]
-    assert verdict.startswith("B/A throughput: WRONG RESULTS - B (precision=fp16): WRONG RESULTS: outputs "), verdict
+    assert verdict.startswith("B/A throughput: WRONG RESULTS - B (precision=fp16): outputs "), verdict
     assert "off fp32 eager NCHW" in verdict and "float16: cosine >= 0.999" in verdict
     assert not any(word in done.stdout for word in ("FASTER", "SLOWER", "NO CLEAR DIFFERENCE"))
     saved = json.loads(next((tmp_path / "compare").glob("*.json")).read_text())
@@ -99,3 +99,12 @@ def test_the_report_gives_a_wrong_variant_no_speed_verdict_and_a_faithful_one_it
     assert fp16["verdict"] == "wrong results" and pd.isna(fp16["ratio"])
     assert fp16["text"] == "wrong results (variant): no speed verdict"
     assert fp16["outputs"].startswith("WRONG RESULTS: outputs 97 % off fp32 eager NCHW (cosine 0.1;")
+
+
+def test_bench_run_of_a_wrong_variant_says_so_on_its_last_line_and_exits_1(capsys):
+    done = bench_here(capsys, "run", "--model", "test_loud_norm", "--mode", "infer", "--precision", "fp16",
+                      "--batch-size", "2", "--steps", "2", "--warmup-steps", "1", "--repeats", "1", "--min-seconds", "0",
+                      "--device", "cpu", "-q")
+    assert done.returncode == EXIT_FAILED, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("1/1 rows ok") and "; WRONG RESULTS: outputs " in last and "off fp32 eager NCHW" in last

@@ -391,6 +391,7 @@ def test_tables_from_rows(dirs):
     amp = summary.amp_speedup_table(res)
     # "amp-bf16 (emulated)" where this CPU only emulates bf16 (an AVX2-only CPU)
     assert set(amp["precision"].str.removesuffix(" (emulated)")) == {"amp-bf16"} and amp["text"].str.fullmatch(r"\d+\.\d\dx " + INTERVAL + OUTPUTS_WITHIN).all()
+    assert amp["text"].str.contains("; outputs within ").any()  # the output check, said beside the speed-up
 
     knees = summary.knee_points(summary.batch_curves(res))
     assert set(knees["batch_sizes"]) == {2} and knees["knee_batch_size"].isin([2, 4]).all()

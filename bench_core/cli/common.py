@@ -19,6 +19,8 @@ from bench_core.config.schema import BenchConfig, load_yaml_mapping
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
+from bench_core.results.disturbed import disturbances, disturbed_note
+from bench_core.results.fidelity import deviation_text
 from bench_core.run.estimate import LongStepWarning
 from bench_core.workload.precision import EmulatedPrecisionWarning
 
@@ -199,7 +201,8 @@ def format_rows(rows: list[dict]) -> str:
     head = (f"{rows[0]['model']} {rows[0]['mode']} {rows[0]['precision']} batch {rows[0]['batch_size']}{searched}"
             f" x{rows[0].get('world_size') or 1} on {rows[0].get('device_name') or rows[0]['device']}")
     if ok.empty:
-        return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}" for r in rows)
+        return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}"
+                                        for r in rows)
     samples = rows[0].get("sample_unit") or "samples/s"
     cols = {"repeat": "repeat", "status": "status", "samples_per_s": samples, "batches_per_s": "batches/s",
             "step_time_ms_median": "step ms (median)", "step_time_ms_p5": "p5", "step_time_ms_p95": "p95",
@@ -210,10 +213,16 @@ def format_rows(rows: list[dict]) -> str:
              "itl_ms_median": "ITL ms", "audio_s_per_s": "audio s/s", "images_per_s": "images/s",
              "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s", "embedding_gb_per_s": "embedding GB/s"}
     cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
+    flags = table["noise_flags"].map(disturbances) if "noise_flags" in table else pd.Series("", index=table.index)
+    if flags.astype(bool).any():  # a disturbed figure is marked where it is shown, not only with -v
+        table["disturbed"] = ["DISTURBED: " + f if f else "-" for f in flags]
+        cols["disturbed"] = "disturbed by"
     shown = table[list(cols)].rename(columns=cols)
-    median = ok[[c for c in cols if c not in ("repeat", "status")]].median(numeric_only=True)
+    median = ok[[c for c in cols if c not in ("repeat", "status", "disturbed")]].median(numeric_only=True)
     median_row = {cols[k]: v for k, v in median.items()}
     median_row.update({"repeat": "median", "status": f"{len(ok)}/{len(table)} ok"})
+    if "disturbed" in cols:
+        median_row[cols["disturbed"]] = f"{int(flags.astype(bool).sum())} of {len(table)} disturbed"
     shown = pd.concat([shown.astype(object), pd.DataFrame([median_row])], ignore_index=True)
     extras = [f"first step {rows[0]['first_step_ms']:.1f} ms" if rows[0].get("first_step_ms") else ""]
     if rows[0].get("compile_s"):
@@ -247,6 +256,15 @@ def fitted_table(table, width: int | None) -> str:
         blocks.append(text(table[[table.columns[0], *columns[:take]]]))
         columns = columns[take:]
     return "\n\n".join(blocks)
+
+
+def run_summary(rows: list[dict]) -> str:
+    """bench run's last line: '2/2 rows ok', '2/2 rows ok, 2 disturbed (other-processes-on-cpu): re-measure
+    on a quiet machine', and what the output check found ('; outputs within 0.79 % of fp32 eager NCHW')."""
+    line = f"{sum(r['status'] == 'ok' for r in rows)}/{len(rows)} rows ok"
+    note = disturbed_note(rows)
+    checked = deviation_text(rows[0]) if rows else ""
+    return line + (f", {note}" if note else "") + (f"; {checked}" if checked else "")
 
 
 def terminal_width() -> int | None:

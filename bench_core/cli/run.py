@@ -17,6 +17,7 @@ from bench_core.cli.common import (
     format_rows,
     paint,
     progress_printer,
+    run_summary,
 )
 from bench_core.devices import check_runnable
 from bench_core.errors import (
@@ -30,6 +31,8 @@ from bench_core.errors import (
 from bench_core.files import check_writable, save_fallback
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.measure import environment
+from bench_core.results.disturbed import disturbed_note
+from bench_core.results.fidelity import is_wrong
 from bench_core.results.rows import failure_row, run_fields
 
 
@@ -39,7 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             --width 224 --height 224 --steps 50 --warmup-steps 10 --repeats 3 --device cuda --out outputs/quick
   bench run --model unet3d --depth 32 --width 64 --height 64 --mode infer --device cpu
   bench run --model resnet50 --precision amp-bf16 --batch-size 256 --nproc-per-node 8
-exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported) or could not be saved, 2 bad
+The last line says how many rows are ok, how many were disturbed (other processes on the CPU or device,
+throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
+exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported), its outputs are wrong results
+(outside its precision's tolerance of fp32 eager NCHW) or it could not be saved, 2 bad
 input, 130 interrupted by Ctrl-C and 143 by SIGTERM (finished repeats are kept, the rest is one
 interrupted row)."""
     add_config_arguments(p)
@@ -68,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     saved = _record(args, rows)
     _show(args, rows, saved)
     ok = all(r["status"] == "ok" for r in rows) and saved
-    return EXIT_OK if ok else EXIT_FAILED
+    return EXIT_OK if ok and not is_wrong(rows[0]) else EXIT_FAILED  # fast and wrong is not a success
 
 
 def _interrupted(args: argparse.Namespace, cfg, exc: KeyboardInterrupt) -> int:
@@ -112,4 +118,5 @@ def _show(args: argparse.Namespace, rows: list[dict], saved: bool) -> None:
     print(format_rows(rows))
     if args.verbose:
         print(format_details(rows[0]))
-    print(paint(f"{sum(r['status'] == 'ok' for r in rows)}/{len(rows)} rows ok", "green" if ok and saved else "red"))
+    doubtful = disturbed_note(rows) or is_wrong(rows[0])
+    print(paint(run_summary(rows), "red" if not (ok and saved) else ("yellow" if doubtful else "green")))

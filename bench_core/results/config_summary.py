@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from bench_core.files import atomic_write_text
+from bench_core.results.disturbed import disturbed_rows
 from bench_core.results.rows import WORKLOAD, environment_columns, machine_label, schema
 
 SUMMARY_FILE, MACHINES_FILE = "summary.csv", "machines.csv"
@@ -37,6 +38,9 @@ SUMMARY_COLUMNS = [
     ("repeats_total", "rows of this configuration: repeats, and one row per run that did not run"),
     ("runs", "runs of this configuration recorded in the folder"),
     ("message", "the latest failure's message; empty when every repeat is ok"),
+    ("repeats_disturbed", "ok repeats flagged as disturbed (other processes, throttling, clock drops, repeats that "
+                          "disagree): their figures are not to be trusted; re-measure on a quiet machine"),
+    ("disturbed_by", "the disturbing flags of those repeats, comma separated; empty when none"),
     ("samples_per_s_median", "median samples_per_s of the ok repeats (all devices together)"),
     ("sample_unit", "what a sample is: images/s, volumes/s or sequences/s"),
     ("throughput_median", "median throughput of the ok repeats in the workload's own unit (throughput_unit): "
@@ -104,6 +108,7 @@ def _summary_line(group: list[dict]) -> dict:
             "repeats_ok": len(ok), "repeats_total": len(group), "runs": len({row.get("run_id") for row in group}),
             "message": _failure_message(failed[-1]) if failed else None,
             "params_count": next((row["params_count"] for row in group if _number(row.get("params_count"))), None)}
+    line["repeats_disturbed"], line["disturbed_by"] = disturbed_rows(ok)
     speeds = _numbers(ok, "samples_per_s")
     if not speeds:
         return line

@@ -94,15 +94,25 @@ def deviation_text(row: dict) -> str:
         return ""
     if check.startswith(NOT_CHECKED):
         return "outputs " + check
-    error, cosine = row.get("output_rel_error"), row.get("output_cosine")
-    loss = row.get("loss_rel_error")
-    worst = max([e for e in (error, loss) if isinstance(e, (int, float))], default=math.nan)
+    error, cosine, loss = (number(row.get(name)) for name in ("output_rel_error", "output_cosine", "loss_rel_error"))
+    worst = max([e for e in (error, loss) if math.isfinite(e)], default=math.nan)
     reference = row.get("output_reference") or REFERENCE
     if check == WITHIN:
         return f"outputs within {percent(worst)} of {reference}"
-    loss_part = f", loss {percent(loss)} off" if isinstance(loss, (int, float)) and not math.isnan(loss) else ""
+    loss_part = f", loss {percent(loss)} off" if math.isfinite(loss) else ""
+    tolerance = row.get("output_tolerance") or tolerance_for(str(row.get("precision"))).text()
+    if not math.isfinite(error):
+        return f"WRONG RESULTS: non-finite outputs where {reference}'s are finite (tolerance {tolerance})"
     return (f"WRONG RESULTS: outputs {percent(error)} off {reference} (cosine {cosine:.4g}{loss_part}; "
-            f"tolerance {row.get('output_tolerance') or tolerance_for(str(row.get('precision'))).text()})")
+            f"tolerance {tolerance})")
+
+
+def number(value) -> float:
+    """A cell as a float (a CSV may give text); NaN when empty or not a number."""
+    try:
+        return float(value) if value is not None and not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def percent(value) -> str:

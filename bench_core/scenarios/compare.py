@@ -71,9 +71,8 @@ class Comparison:
         head = (f"compare {c['model']} {c['mode']} {c['precision']} batch {c['batch_size']} "
                 f"{c['width']}x{c['height']} on {c['device']}: {self.rounds} rounds, interleaved (AB BA AB ...)")
         judged = self.judged
-        over = "geo. mean" if len(judged) == len(self.order) else f"geo. mean, {len(judged)} undisturbed rounds"
         lines = [head, f"  {'variant':30s} {'samples/s':>10s} {'step ms':>9s} {'first step ms':>14s} "
-                       f"{'compile s':>10s}  outputs ({over} of samples/s and step ms)"]
+                       f"{'compile s':>10s}  outputs"]
         for name, label, rows, outputs in (("A", self.label_a, self.rows_a, self.outputs_a),
                                            ("B", self.label_b, self.rows_b, self.outputs_b)):
             ok = [r for r in rows if r["status"] == "ok"]
@@ -87,6 +86,10 @@ class Comparison:
                          f"{first['first_step_ms'] or 0:14.1f} "
                          f"{'' if first['compile_s'] is None else format(first['compile_s'], '.1f'):>10s}  "
                          f"{outputs or 'the reference (fp32 eager NCHW): not checked'}")
+        if self.order:
+            lines.append(f"samples/s and step ms: geometric means over the {len(judged)} of {len(self.order)} rounds "
+                         "without a disturbing flag, the rounds the verdict rests on" if judged else
+                         "samples/s and step ms: none, every round carries a disturbing flag")
         if self.samples_per_s_a:
             lines.append(f"{'round':>5s} {'order':>5s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}  "
                          f"disturbed by")
@@ -186,7 +189,7 @@ def judge(result: Comparison) -> None:
     judged = result.judged
     result.mean_a = geometric_mean([result.samples_per_s_a[i] for i in judged]) if judged else None
     result.mean_b = geometric_mean([result.samples_per_s_b[i] for i in judged]) if judged else None
-    wrong = [f"{name} ({label}): {text}" for name, label, rows, text in
+    wrong = [f"{name} ({label}): {text.removeprefix('WRONG RESULTS: ')}" for name, label, rows, text in
              (("A", result.label_a, result.rows_a, result.outputs_a), ("B", result.label_b, result.rows_b, result.outputs_b))
              if rows and is_wrong(rows[0])]
     if wrong:  # no speed verdict: a variant that computes something else is not faster

@@ -47,6 +47,7 @@ from bench_core.errors import (
 from bench_core.files import shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
+from bench_core.results.disturbed import RE_MEASURE
 from bench_core.sweep.child import Outcome, banner
 from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
 from bench_core.sweep.plan import (
@@ -215,11 +216,15 @@ def last_throughput(out_dir: Path, execution: Execution) -> str:
         return ""
     line = results.summary_lines(found[-1])[0]
     name = f"{line['model']} {line['precision']} {line['mode']} bs {line['batch_size']}"
-    median = line.get("samples_per_s_median")
+    median = line.get("throughput_median")  # in throughput_unit: a text model's tokens/s, not its sequences/s
     if median is None:
         return f"{name}: {line['status']}"
     unit = line.get("throughput_unit") or "samples/s"
-    return f"{name}: {median:,.0f} {unit}" if median >= 100 else f"{name}: {median:.3g} {unit}"
+    text = f"{name}: {median:,.0f} {unit}" if median >= 100 else f"{name}: {median:.3g} {unit}"
+    if line.get("repeats_disturbed"):  # the figure is shown, and said to be untrustworthy
+        text += (f" [DISTURBED: {line['repeats_disturbed']}/{line['repeats_ok']} repeats ({line['disturbed_by']}): "
+                 f"{RE_MEASURE}]")
+    return text
 
 
 def _redo_note(out_dir: Path, execution: Execution, statuses: dict[str, str]) -> str | None:
