@@ -266,3 +266,16 @@ def test_the_report_draws_the_serving_section_from_serving_rows(session, folder,
     answers = slo_answers(points)
     assert len(answers) == 1 and "p99 TTFT <= 500 ms and p99 TPOT <= 30 ms" in answers["headline"][0]
     show_serving.__wrapped__(loaded)  # draws (a failure here would otherwise be one line in the report)
+
+
+def test_server_metrics_are_read_from_the_prometheus_text_format():
+    # vLLM's gauge names, two engines' labels on one page: summed per scrape, the peak over scrapes kept
+    from bench_core.serving.server_metrics import Scraper
+    page = ('# HELP vllm:num_requests_waiting Number of requests waiting.\n# TYPE vllm:num_requests_waiting gauge\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\nvllm:num_requests_waiting{engine="1",'
+            'model_name="m"} 2.0\n# HELP vllm:kv_cache_usage_perc KV-cache usage.\n# TYPE vllm:kv_cache_usage_perc '
+            'gauge\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n')
+    scraper = Scraper("unused")
+    scraper.take(page)
+    scraper.take(page.replace(" 3.0", " 0.0"))
+    assert scraper.peaks == {"server_queue_max": 5.0, "server_kv_cache_max": 0.25}
