@@ -250,3 +250,32 @@ def test_sigterm_stops_the_server_and_keeps_finished_points(folder, tmp_path, si
     assert not [p for p in servers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     rows = read_run(next(out.glob("runs/*")))
     assert rows[0]["status"] == "ok" and rows[-1]["status"] == "interrupted"
+
+
+def test_the_report_draws_the_serving_section_from_serving_rows(session, folder, tmp_path):
+    from bench_core import results
+    from bench_core.summary.load import load_results
+    from bench_core.summary.serving import serving_points, show_serving, slo_answers
+    for users in (1, 2):
+        rows = session.measure(serve_config(folder, concurrency=users))
+        results.write_run(tmp_path, rows[0]["run_id"], rows)
+    loaded = load_results([tmp_path])
+    points = serving_points(loaded)
+    assert list(points["load"]) == [1.0, 2.0] and set(points["load_kind"]) == {"concurrency"}
+    assert (points["ttft_ms_p99"] > 0).all() and (points["output_tokens_per_s"] > 0).all()
+    answers = slo_answers(points)
+    assert len(answers) == 1 and "p99 TTFT <= 500 ms and p99 TPOT <= 30 ms" in answers["headline"][0]
+    show_serving.__wrapped__(loaded)  # draws (a failure here would otherwise be one line in the report)
+
+
+def test_server_metrics_are_read_from_the_prometheus_text_format():
+    # vLLM's gauge names, two engines' labels on one page: summed per scrape, the peak over scrapes kept
+    from bench_core.serving.server_metrics import Scraper
+    page = ('# HELP vllm:num_requests_waiting Number of requests waiting.\n# TYPE vllm:num_requests_waiting gauge\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\nvllm:num_requests_waiting{engine="1",'
+            'model_name="m"} 2.0\n# HELP vllm:kv_cache_usage_perc KV-cache usage.\n# TYPE vllm:kv_cache_usage_perc '
+            'gauge\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n')
+    scraper = Scraper("unused")
+    scraper.take(page)
+    scraper.take(page.replace(" 3.0", " 0.0"))
+    assert scraper.peaks == {"server_queue_max": 5.0, "server_kv_cache_max": 0.25}

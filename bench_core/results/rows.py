@@ -210,6 +210,10 @@ _SERVING = [
     ("goodput_tokens_per_s", "serve: output tokens of those requests per second"),
     ("goodput_fraction", "serve: requests meeting both bounds / requests_sent"),
     ("slo_met", "serve: no request failed, p99 TTFT <= slo_ttft_ms and p99 TPOT <= slo_tpot_ms"),
+    ("server_queue_max", "serve: most requests waiting in the server's queue during the point (its Prometheus "
+                         "metrics: vLLM, SGLang, TGI); empty where the engine serves none"),
+    ("server_running_max", "serve: most requests the server ran at once during the point (Prometheus)"),
+    ("server_kv_cache_max", "serve: highest KV-cache use during the point, a fraction (Prometheus: vLLM, SGLang)"),
     ("client_cpu_fraction", "serve: the client process's CPU seconds / serve_window_s (1 = one core busy)"),
     ("client_loop_lag_ms_p99", "serve: p99 of how late the client's event loop woke a 10 ms timer, ms"),
     ("client_saturated", "serve: client_cpu_fraction > 0.9 or client_loop_lag_ms_p99 > the limit: the client, not "

@@ -33,6 +33,7 @@ class Engine:
     dummy_weights: tuple[str, ...] = ()  # arguments that make it load random weights itself
     package: str = ""                   # the Python distribution whose version is the engine's version
     version_path: str = ""              # or an HTTP path answering {"version": ...}
+    metrics_path: str = ""              # Prometheus metrics (queue length, KV-cache use), if it serves them
 
     @property
     def program(self) -> str:
@@ -82,16 +83,18 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
             "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048", *_LISTEN), package="transformers"),
     Engine("vllm", "vLLM's OpenAI-compatible server (`vllm serve`)",
            ("vllm", "serve", "{model}", *_LISTEN), extra_fields=("ignore_eos", "min_tokens"),
-           dummy_weights=("--load-format", "dummy"), package="vllm", version_path="/version"),
+           dummy_weights=("--load-format", "dummy"), package="vllm", version_path="/version",
+           metrics_path="/metrics"),
     Engine("sglang", "SGLang (`python -m sglang.launch_server`)",
            ("python", "-m", "sglang.launch_server", "--model-path", "{model}", *_LISTEN),
-           extra_fields=("ignore_eos", "min_tokens"), dummy_weights=("--load-format", "dummy"), package="sglang"),
+           extra_fields=("ignore_eos", "min_tokens"), dummy_weights=("--load-format", "dummy"), package="sglang",
+           metrics_path="/metrics"),  # with --enable-metrics in server_args
     Engine("trtllm", "TensorRT-LLM's OpenAI-compatible server (`trtllm-serve`)",
            ("trtllm-serve", "{model}", *_LISTEN), extra_fields=("ignore_eos", "min_tokens"),
            package="tensorrt_llm"),
     Engine("tgi", "Text Generation Inference (`text-generation-launcher`)",
            ("text-generation-launcher", "--model-id", "{model}", "--hostname", "{host}", "--port", "{port}"),
-           version_path="/info"),
+           version_path="/info", metrics_path="/metrics"),
     Engine("llamacpp", "llama.cpp's `llama-server` (a GGUF file as the model)",
            ("llama-server", "-m", "{model}", *_LISTEN), extra_fields=("ignore_eos",)),
 )}

@@ -22,6 +22,7 @@ from typing import Callable
 
 from bench_core.serving.client import new_client, send
 from bench_core.serving.records import CANCELLED, RequestRecord
+from bench_core.serving.server_metrics import Scraper
 
 LAG_TICK_S = 0.01
 MIN_FOR_ERROR_RATE = 5
@@ -54,14 +55,17 @@ class PointResult:
     client_cpu_s: float
     loop_lag_ms: list[float] = field(default_factory=list)
     stopped: str = ""                # why the point stopped early ('' when it ran to the end)
+    server: dict = field(default_factory=dict)  # peaks of the server's own metrics (server_metrics)
 
 
-def run_point(load: Load, url: str, make_body: Callable[[int], tuple[dict, RequestRecord]]) -> PointResult:
-    """Send `load.requests` requests (`make_body(i)` gives request i's body and its empty record)."""
-    return asyncio.run(_run(load, url, make_body))
+def run_point(load: Load, url: str, make_body: Callable[[int], tuple[dict, RequestRecord]],
+              metrics_url: str = "") -> PointResult:
+    """Send `load.requests` requests (`make_body(i)` gives request i's body and its empty record);
+    with `metrics_url`, scrape the server's Prometheus metrics meanwhile."""
+    return asyncio.run(_run(load, url, make_body, metrics_url))
 
 
-async def _run(load: Load, url: str, make_body) -> PointResult:
+async def _run(load: Load, url: str, make_body, metrics_url: str = "") -> PointResult:
     records: list[RequestRecord] = []
     lags: list[float] = []
     stop = asyncio.Event()
@@ -69,7 +73,9 @@ async def _run(load: Load, url: str, make_body) -> PointResult:
     cpu0, t0 = time.process_time(), time.perf_counter()
     watcher = asyncio.create_task(_watch_loop(lags, stop))
     in_flight = load.concurrency or load.requests
-    async with new_client(in_flight, load.timeout_s) as client:
+    scraper = Scraper(metrics_url) if metrics_url else None
+    async with new_client(in_flight + 1, load.timeout_s) as client:
+        scraping = asyncio.create_task(scraper.run(client)) if scraper else None
         tasks: set[asyncio.Task] = set()
 
         def over_limit() -> bool:
@@ -120,6 +126,9 @@ async def _run(load: Load, url: str, make_body) -> PointResult:
 
             tasks = {asyncio.create_task(user()) for _ in range(min(in_flight, load.requests))}
             await _finish(tasks, stop)
+        if scraping:
+            scraping.cancel()
+            await asyncio.gather(scraping, return_exceptions=True)
         if stop.is_set():
             failed = sum(not r.ok for r in records)
             stopped = (f"stopped at the error-rate limit: {failed} of {len(records)} requests failed "
@@ -127,7 +136,8 @@ async def _run(load: Load, url: str, make_body) -> PointResult:
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     watcher.cancel()
-    return PointResult(sorted(records, key=lambda r: r.index), t0, wall, cpu, lags, stopped)
+    return PointResult(sorted(records, key=lambda r: r.index), t0, wall, cpu, lags, stopped,
+                       scraper.peaks if scraper else {})
 
 
 async def _finish(tasks: set[asyncio.Task], stop: asyncio.Event) -> None:

@@ -84,7 +84,9 @@ class ServingSession:
         self.next_index += requests
         load = Load(requests, concurrency=concurrency, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed + start,
                     max_error_rate=cfg.max_error_rate, timeout_s=cfg.request_timeout_s)
-        return run_point(load, self.server.url + ENDPOINTS[cfg.endpoint], lambda i: self._body(cfg, start + i))
+        metrics_url = self.server.url + self.engine.metrics_path if self.engine.metrics_path else ""
+        return run_point(load, self.server.url + ENDPOINTS[cfg.endpoint], lambda i: self._body(cfg, start + i),
+                         metrics_url)
 
     def warm_up(self, cfg: BenchConfig) -> None:
         """Untimed requests (at most the point's concurrency at once); their failures end the run."""
@@ -147,7 +149,7 @@ class ServingSession:
         rate = figures["output_tokens_per_s"]
         price = cfg.price_per_hour
         return finish_row({
-            **base, **figures, "repeat": repeat, "status": status, "message": message,
+            **base, **figures, **result.server, "repeat": repeat, "status": status, "message": message,
             "records_file": str(path), "samples_per_s": figures["requests_per_s"], "sample_unit": "requests/s",
             "throughput": rate, "throughput_unit": THROUGHPUT_UNIT, "tokens_per_s": rate,
             "timed_s": figures["serve_window_s"], "timed_steps": figures["requests_sent"],

@@ -29,6 +29,11 @@ from bench_core.summary.diff import (  # noqa: F401 - re-exported
     ResultsDiff,
     diff_results,
 )
+from bench_core.summary.serving import (  # noqa: F401 - re-exported
+    serving_points,
+    show_serving,
+    slo_answers,
+)
 from bench_core.summary.effects import (  # noqa: F401 - re-exported
     compare_variants,
     settings_effects,

@@ -1,0 +1,61 @@
+"""The server's own Prometheus metrics, read while a point runs: how many requests waited in its
+queue and how full its KV cache was, the two figures that say why latency rose.
+
+Engines that expose /metrics (vLLM; SGLang with --enable-metrics; TGI) are scraped every
+SCRAPE_S during the point; the text format is parsed by prometheus_client's parser (not by hand).
+Each engine names its gauges differently: QUEUE and KV_CACHE list the names known here, the
+first present is used. Engines without metrics (transformers serve) leave the columns empty.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+SCRAPE_S = 0.5
+QUEUE = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size")
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size")
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+
+
+def gauges(text: str) -> dict[str, float]:
+    """Every sample of a Prometheus text page, summed over its labels (one server, many engines' names)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
+    return values
+
+
+def pick(values: dict[str, float], names: tuple[str, ...]) -> float | None:
+    return next((values[n] for n in names if n in values), None)
+
+
+class Scraper:
+    """Scrape `url` every SCRAPE_S until stopped; keep the largest queue, running and KV-cache figures."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.peaks: dict[str, float] = {}
+        self.error = ""
+
+    def take(self, text: str) -> None:
+        values = gauges(text)
+        for column, names in (("server_queue_max", QUEUE), ("server_running_max", RUNNING),
+                              ("server_kv_cache_max", KV_CACHE)):
+            value = pick(values, names)
+            if value is not None:
+                self.peaks[column] = max(value, self.peaks.get(column, value))
+
+    async def run(self, client: httpx.AsyncClient) -> None:
+        while True:
+            try:
+                response = await client.get(self.url, timeout=5.0)
+                if response.status_code == 200:
+                    self.take(response.text)
+                else:
+                    self.error = f"HTTP {response.status_code}"
+            except (httpx.HTTPError, ValueError) as exc:
+                self.error = type(exc).__name__
+            await asyncio.sleep(SCRAPE_S)

@@ -1,0 +1,116 @@
+"""The report's Serving section: mode serve rows (bench_core/serving), each load point the median
+of its repeats, in their own units: output tokens/s of the server against p99 latency, tokens/s
+per user against tokens/s per GPU, the TTFT and TPOT percentiles of each point, and the highest
+load meeting the SLO per machine, engine and model (serving.slo, on the measured points).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from bench_core.serving.slo import highest_meeting
+from bench_core.summary.html import columns_for, note, paragraph, section, show_figure, show_table
+from bench_core.summary.load import Results
+from bench_core.summary.text import is_present, num_text
+
+FIGURES = ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_user", "ttft_ms_p50", "ttft_ms_p90",
+           "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p99", "error_rate",
+           "request_rate_achieved", "goodput_requests_per_s", "cost_per_million")
+POINT = ("machine", "engine", "model", "input_shape", "load_kind", "load")
+
+
+def serving_points(res: Results) -> pd.DataFrame:
+    """One line per measured point (machine, engine, model, shape, load): medians over the ok
+    repeats; slo_met only when every repeat met it; the bounds the rows were judged by."""
+    rows = res.ok
+    rows = rows[rows["mode"] == "serve"] if "mode" in rows else rows.iloc[0:0]
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(
+        load_kind=["rate" if is_present(r) else "concurrency" for r in rows["request_rate"]],
+        load=[float(r) if is_present(r) else float(c) for r, c in zip(rows["request_rate"], rows["concurrency"])],
+        engine=rows["engine"].fillna("?"))
+    numeric = {c: pd.to_numeric(rows[c], errors="coerce") for c in FIGURES if c in rows}
+    rows = rows.assign(**numeric, slo_met=rows["slo_met"].astype(str).str.lower() == "true")
+    grouped = rows.groupby(list(POINT), sort=True, dropna=False)
+    table = grouped[[c for c in FIGURES if c in rows]].median()
+    table["slo_met"] = grouped["slo_met"].all()
+    table["repeats"] = grouped.size()
+    for bound in ("slo_ttft_ms", "slo_tpot_ms"):
+        table[bound] = grouped[bound].first().astype(float)
+    return table.reset_index()
+
+
+def slo_answers(points: pd.DataFrame) -> pd.DataFrame:
+    """Per machine, engine, model, shape and load kind: the highest load meeting the SLO."""
+    lines = []
+    for key, group in points.groupby(["machine", "engine", "model", "input_shape", "load_kind"], sort=True):
+        records = [{**p, "request_rate": p["load"] if p["load_kind"] == "rate" else None,
+                    "concurrency": int(p["load"]) if p["load_kind"] == "concurrency" else None}
+                   for p in group.to_dict("records")]
+        answer = highest_meeting(records)
+        ttft, tpot = group["slo_ttft_ms"].iloc[0], group["slo_tpot_ms"].iloc[0]
+        best = answer.best or {}
+        lines.append({"machine": key[0], "engine": key[1], "model": key[2], "input_shape": key[3],
+                      "headline": answer.headline(ttft, tpot),
+                      "cost_per_million": best.get("cost_per_million")})
+    return pd.DataFrame(lines)
+
+
+def curve_label(row: dict, several_machines: bool) -> str:
+    where = f" · {row['machine']}" if several_machines else ""
+    return f"{row['engine']} {row['model']} ({row['load_kind']}){where}"
+
+
+@section
+def show_serving(res: Results) -> None:
+    import matplotlib.pyplot as plt
+    points = serving_points(res)
+    if points.empty:
+        note("No serving rows (mode serve): params/serving.yaml, or bench run --mode serve, fills this section.")
+        return
+    several = points["machine"].nunique() > 1
+    points = points.assign(curve=[curve_label(r, several) for r in points.to_dict("records")])
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.0))
+    for label, group in points.groupby("curve", sort=True):
+        group = group.sort_values("load")
+        axes[0].plot(group["output_tokens_per_s"], group["ttft_ms_p99"], marker="o", label=label)
+        axes[1].plot(group["output_tokens_per_s"], group["tpot_ms_p99"], marker="o", label=label)
+        axes[2].plot(group["output_tokens_per_s"], group["tokens_per_s_per_user"], marker="o", label=label)
+    ttft, tpot = points["slo_ttft_ms"].iloc[0], points["slo_tpot_ms"].iloc[0]
+    axes[0].axhline(ttft, color="grey", linestyle="--", label=f"SLO {num_text(ttft)} ms")
+    axes[1].axhline(tpot, color="grey", linestyle="--", label=f"SLO {num_text(tpot)} ms")
+    axes[0].set(xlabel="output tokens/s (server)", ylabel="p99 TTFT, ms", title="Throughput against p99 TTFT")
+    axes[1].set(xlabel="output tokens/s (server)", ylabel="p99 TPOT, ms", title="Throughput against p99 TPOT")
+    axes[2].set(xlabel="output tokens/s per GPU (one server)", ylabel="output tokens/s per user",
+                title="Per user against per GPU")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    show_figure(fig, "Serving: output tokens/s against p99 TTFT and p99 TPOT, and tokens/s per user against "
+                     "tokens/s per GPU, one curve per engine, model and load kind")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, metric in zip(axes, ("ttft", "tpot")):
+        for label, group in points.groupby("curve", sort=True):
+            group = group.sort_values("load")
+            for p, style in ((50, "-"), (90, "--"), (99, ":")):
+                ax.plot(group["load"], group[f"{metric}_ms_p{p}"], linestyle=style, marker="o",
+                        label=f"{label} p{p}")
+        ax.set(xlabel="load (requests/s, or concurrent users)", ylabel=f"{metric.upper()}, ms",
+               title=f"{metric.upper()} p50 / p90 / p99 at each load")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    show_figure(fig, "TTFT and TPOT percentiles (p50, p90, p99) against the load")
+    answers = slo_answers(points)
+    paragraph("The highest measured load meeting the SLO (no failed request, p99 TTFT and p99 TPOT within the "
+              "bounds; default bounds: MLPerf Inference, Llama-3.1-8B interactive, 500 ms / 30 ms). The search "
+              "stops at the first load that misses: the next higher point measured does not meet it.")
+    show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
+                                          "input_shape": "request", "headline": "highest load meeting the SLO",
+                                          "cost_per_million": "cost per million output tokens"}))
+    show_table(points, columns_for(res, {
+        "machine": "machine", "engine": "engine", "model": "model", "input_shape": "request", "load_kind": "load",
+        "load": "rate / users", "requests_per_s": "requests/s", "request_rate_achieved": "rate achieved",
+        "output_tokens_per_s": "output tokens/s", "tokens_per_s_per_user": "tokens/s per user",
+        "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms", "tpot_ms_p50": "TPOT p50 ms",
+        "tpot_ms_p99": "TPOT p99 ms", "e2e_ms_p99": "e2e p99 ms", "error_rate": "error rate",
+        "goodput_requests_per_s": "goodput requests/s", "slo_met": "SLO met", "repeats": "repeats"}))
