@@ -126,7 +126,7 @@ def test_sysinfo_and_help(capsys):
 
 def test_help_lists_choices_says_each_default_once_and_errors_point_at_the_subcommand(capsys):
     run_help = bench_here(capsys, "run", "--help").stdout
-    assert "--mode {train,infer,generate}" in run_help and "--optimizer {sgd,adam,adamw}" in run_help
+    assert "--mode {train,infer,generate,serve}" in run_help and "--optimizer {sgd,adam,adamw}" in run_help
     assert "--compile {off,default,reduce-overhead,max-autotune}" in run_help
     assert "(default: None)" not in run_help and "(default: train)" in run_help
     search_help = bench_here(capsys, "find-batch", "--help").stdout

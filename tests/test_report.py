@@ -31,7 +31,7 @@ HOSTILE = "<script>alert(1)</script>"
 TINY = dict(model="resnet18", width=32, height=32, steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu")
 SECTIONS = ["Overview", "Headline results", "Machines side by side", "Throughput", "AMP speed-up",
             "Compile and channels_last", "Batch size", "Memory", "Step times", "Scaling", "Efficiency",
-            "Cost frontier", "Published figures", "Failures", "Environment", "Method"]
+            "Cost frontier", "Serving", "Published figures", "Failures", "Environment", "Method"]
 
 
 # -- result directories ---------------------------------------------------------------------------

@@ -237,16 +237,19 @@ def test_sigterm_stops_the_server_and_keeps_finished_points(folder, tmp_path, si
     command = [sys.executable, "-m", "bench_core", "run", "--mode", "serve", "--model", "llama-tiny",
                "--model-dir", str(folder), "--prompt-len", "8", "--new-tokens", "4", "--steps", "3",
                "--warmup-steps", "1", "--repeats", "50", "--out", str(out)]
-    bench = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_SERVING_DIR"}  # the module's session sets it
+    log = open(tmp_path / "bench.log", "w+")  # a file, not a pipe: a full pipe would block the run
+    bench = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 900
     while not list(out.glob("serving/*/records-0.json")) and time.monotonic() < deadline and bench.poll() is None:
         time.sleep(0.5)
-    assert bench.poll() is None, bench.communicate()[0][-3000:]
+    assert bench.poll() is None, (tmp_path / "bench.log").read_text()[-3000:]
     servers = server_processes(bench.pid)
     assert servers, "the server should be running while points are measured"
     bench.send_signal(sig)
-    output = bench.communicate(timeout=120)[0]
-    assert bench.returncode == code, output[-2000:]
+    bench.wait(timeout=120)
+    log.close()
+    assert bench.returncode == code, (tmp_path / "bench.log").read_text()[-2000:]
     assert not [p for p in servers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     rows = read_run(next(out.glob("runs/*")))
     assert rows[0]["status"] == "ok" and rows[-1]["status"] == "interrupted"
