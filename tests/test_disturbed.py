@@ -4,6 +4,7 @@ runs beside a real CPU hog (started as another user's job would be: nobody's chi
 timing is asserted. bench compare's variant table and its verdict come from one computation."""
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -38,21 +39,22 @@ def hog():
 
 
 def test_bench_compare_beside_a_cpu_hog_says_disturbed_with_exit_3(hog, capsys):
-    done = bench_here(capsys, "compare", "--model", "test_loud_norm", "--mode", "infer", *QUICK,
+    # Windows of at least 0.3 s, so the sampler sees the hog; one flagged round of two leaves no interval.
+    done = bench_here(capsys, "compare", "--model", "test_loud_norm", "--mode", "infer", *QUICK, "--min-seconds", "0.3",
                       "--b", "batch_size=4", "--json")
     result = json.loads(done.stdout)
-    assert all("other-processes-on-cpu" in flags for flags in result["disturbed"]), result["disturbed"]
+    assert any("other-processes-on-cpu" in flags for flags in result["disturbed"]), result["disturbed"]
     assert done.returncode == EXIT_DISTURBED == 3, done.stderr
-    assert result["verdict"] == DISTURBED and result["ratio"] is None and result["mean_a"] is None
-    assert "2 of 2 rounds left out as disturbed (other-processes-on-cpu)" in result["reason"]
+    assert result["verdict"] == DISTURBED and result["ratio"] is None
+    assert re.search(r"[12] of 2 rounds left out as disturbed \(other-processes-on-cpu", result["reason"])
     assert "bench compare: disturbed: not judged, re-measure on a quiet machine" in done.stderr
     text = Comparison(**{k: v for k, v in result.items() if k in Comparison.__dataclass_fields__}).format()
-    assert text.splitlines()[-1].startswith("B/A throughput: DISTURBED: RE-MEASURE - 2 of 2 rounds left out")
+    assert re.match(r"B/A throughput: DISTURBED: RE-MEASURE - [12] of 2 rounds left out", text.splitlines()[-1])
     assert "NO CLEAR DIFFERENCE" not in text and "other-processes-on-cpu: left out" in text
 
 
 def test_bench_run_beside_a_cpu_hog_marks_each_row_in_its_default_output_and_summary_csv(hog, capsys, tmp_path):
-    done = bench_here(capsys, "run", *TINY_RUN, "--out", str(tmp_path))
+    done = bench_here(capsys, "run", *TINY_RUN, "--min-seconds", "0.3", "--out", str(tmp_path))  # the sampler sees it
     assert done.returncode == EXIT_OK, done.stderr
     lines = done.stdout.splitlines()
     assert "disturbed by" in lines[1]  # the table's header, without -v

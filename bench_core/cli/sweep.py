@@ -137,8 +137,9 @@ class SweepProgress(Progress):
         else:
             estimate = f"about {_duration(left * self.ran_s / self.ran)} left" if left else ""
         last = f"last {self.last}" if self.last else ""
-        if self.terminal:  # the count is on the bar
-            self._bar().set_postfix_str("; ".join(p for p in (event, last, estimate) if p), refresh=redraw)
+        if self.terminal:  # the count is on the bar; the time left before the last figure, which a
+            # disturbed mark lengthens, so that a narrow terminal cuts the figure's tail, not the estimate
+            self._bar().set_postfix_str("; ".join(p for p in (event, estimate, last) if p), refresh=redraw)
         else:
             done = f"{self.done}/{self.total} {self.unit} done"
             self.write("bench sweep: " + "; ".join(p for p in (event, done, last if with_last else "", estimate) if p))

@@ -47,7 +47,6 @@ from bench_core.errors import (
 from bench_core.files import shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
-from bench_core.results.disturbed import RE_MEASURE
 from bench_core.sweep.child import Outcome, banner
 from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
 from bench_core.sweep.plan import (
@@ -221,9 +220,8 @@ def last_throughput(out_dir: Path, execution: Execution) -> str:
         return f"{name}: {line['status']}"
     unit = line.get("throughput_unit") or "samples/s"
     text = f"{name}: {median:,.0f} {unit}" if median >= 100 else f"{name}: {median:.3g} {unit}"
-    if line.get("repeats_disturbed"):  # the figure is shown, and said to be untrustworthy
-        text += (f" [DISTURBED: {line['repeats_disturbed']}/{line['repeats_ok']} repeats ({line['disturbed_by']}): "
-                 f"{RE_MEASURE}]")
+    if line.get("repeats_disturbed"):  # the figure is shown, and said to be untrustworthy (short: a bar's width)
+        text += f" [DISTURBED {line['repeats_disturbed']}/{line['repeats_ok']}: {line['disturbed_by']}]"
     return text
 
 
