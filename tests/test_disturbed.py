@@ -53,7 +53,9 @@ def test_bench_compare_beside_a_cpu_hog_says_disturbed_with_exit_3(hog, capsys):
     assert "NO CLEAR DIFFERENCE" not in text and "other-processes-on-cpu: left out" in text
 
 
-def test_bench_run_beside_a_cpu_hog_marks_each_row_in_its_default_output_and_summary_csv(hog, capsys, tmp_path):
+def test_bench_run_beside_a_cpu_hog_marks_each_row_in_its_default_output_and_summary_csv(hog, capsys, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)  # whole lines (xdist's workers set COLUMNS: the table would fold)
     done = bench_here(capsys, "run", *TINY_RUN, "--min-seconds", "0.3", "--out", str(tmp_path))  # the sampler sees it
     assert done.returncode == EXIT_OK, done.stderr
     lines = done.stdout.splitlines()

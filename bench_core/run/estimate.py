@@ -60,6 +60,21 @@ def formula_step_s(flops_per_step: float | None, peak_tflops: float | None) -> f
     return flops_per_step / (peak_tflops * 1e12)
 
 
+# Slower than any device a benchmark runs on (a 2-core AVX2 CPU reaches ~0.05 TFLOP/s in fp32): a warm-up
+# that stays under LONG_WARMUP_S even at this rate cannot be long anywhere.
+SLOWEST_TFLOPS = 0.01
+
+
+def may_be_long(cfg, formula: tuple[float, str] | None) -> bool:
+    """Whether the formula's warm-up could reach LONG_WARMUP_S on the slowest device. Only then is a CPU's
+    peak measured before the first step: its large matrices would otherwise raise every row's peak RSS
+    (a process's high-water mark) for a warning that cannot fire."""
+    if not formula:
+        return False
+    step_s = formula_step_s(formula[0] * cfg.batch_size, SLOWEST_TFLOPS)
+    return step_s * warmup_steps_left(cfg.warmup_steps, first_done=False) >= LONG_WARMUP_S
+
+
 def check_formula(cfg, task: Task, formula: tuple[float, str] | None, peak: Peak) -> str | None:
     """Before the first step: the task's FLOP formula at the device's peak (on a CPU the measured,
     cached peak, which the row's MFU needs anyway). The warning's text, or None."""

@@ -64,10 +64,9 @@ def run_here(cfg: BenchConfig, progress: Progress | None = None) -> list[dict]:
 def _run_here(cfg: BenchConfig, progress: Progress | None) -> list[dict]:
     progress = progress or (lambda msg: None)
     if cfg.compile != "off":
-        # Compile from scratch, as a fresh process would. Otherwise an earlier compiled run in
-        # this process (a notebook, a sweep, find-batch) leaves dynamo's code cache behind: a new
-        # batch size recompiles with the batch dimension marked dynamic, and a third run reuses
-        # that graph (compile_s ~0.1 s, dynamic-shape kernels).
+        # Compile from scratch, as a fresh process would. Otherwise an earlier compiled run in this process
+        # (a notebook, a sweep, find-batch) leaves dynamo's code cache behind: a new batch size recompiles
+        # with the batch dimension marked dynamic, and a third run reuses that graph (compile_s ~0.1 s).
         import torch._dynamo
         torch._dynamo.reset()
     session = Session(cfg, progress)
@@ -190,8 +189,8 @@ class Session:
         run.update(task=task.name, sample_unit=sample_unit, throughput_unit=throughput_unit, mfu_note=task.mfu_note,
                    **task.model_facts(model))
         formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
-        peak = flops.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads()) \
-            if formula else None
+        peak = flops.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads(),
+                              measure=estimate.may_be_long(cfg, formula)) if formula else None
         warned = estimate.check_formula(cfg, task, formula, peak)  # before any step
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
         if precision.cast_dtype:
