@@ -12,17 +12,23 @@ def wrap_text(text: str, width: int = 28) -> str:
     return "\n".join(textwrap.wrap(str(text), width)) or str(text)
 
 
-def num_text(value) -> str:
-    """A number as a person reads it: 22,551 / 367.3 / 1.56 / 0.0244 / 0.000117 (3 significant digits
-    below 100, in plain decimals down to a millionth)."""
+def _number(value) -> float | str:
+    """The value as a finite float, or the text to show instead: '' for None, NaN and infinities, text as it is."""
     if value is None or isinstance(value, str):
         return value or ""
     try:
         v = float(value)
     except (TypeError, ValueError):
         return str(value)
-    if not math.isfinite(v):
-        return ""
+    return v if math.isfinite(v) else ""
+
+
+def num_text(value) -> str:
+    """A number as a person reads it: 22,551 / 367.3 / 1.56 / 0.0244 / 0.000117 (3 significant digits
+    below 100, in plain decimals down to a millionth)."""
+    v = _number(value)
+    if isinstance(v, str):
+        return v
     if v == int(v) and abs(v) < 1e15:
         return f"{int(v):,}"
     a = abs(v)
@@ -41,14 +47,9 @@ def num_text(value) -> str:
 def sig_text(value, digits: int = 3) -> str:
     """A measured figure to `digits` significant figures, alike in every row: 22,600 / 367 / 18.0 /
     9.70 / 0.0244 (thousands separated, trailing zeros kept, no exponent down to a millionth)."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if not math.isfinite(v):
-        return ""
+    v = _number(value)
+    if isinstance(v, str):
+        return v
     if v == 0:
         return "0"
     rounded = float(f"{v:.{digits}g}")  # 99.96 -> 100: the exponent after rounding decides the decimals
