@@ -20,7 +20,7 @@ from bench_core import results, run_benchmark
 from bench_core.config import BenchConfig
 from bench_core.summary import screenshot
 from bench_core.summary.report import build_report
-from bench_core.summary.speed import DISTURBED_MARK
+from bench_core.summary.tables import DISTURBED_MARK
 
 TINY = dict(steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu", batch_size=2)
 FLAG = "other-processes-on-cpu(0.94 cores)"
@@ -99,6 +99,17 @@ def test_the_headline_has_one_table_per_unit_every_row_and_the_disturbed_marked(
     assert f"{DISTURBED_MARK} 2 of 2" in headline
     assert f"{DISTURBED_MARK} n of m: n of the configuration's m repeats were flagged as disturbed" in headline
     assert headline.count(f"{DISTURBED_MARK} 2 of 2") == 1  # only resnet18 infer
+
+
+def test_every_table_of_per_configuration_figures_marks_the_disturbed_one(report):
+    """Not only the Headline: Efficiency's table marks the flagged configuration too, and the Sequence
+    table (llama-tiny, not flagged) has no mark and no empty column for one."""
+    html = report[0]
+    efficiency = _section(html, "Efficiency")
+    assert any("disturbed repeats" in headers for headers in _headers(efficiency))
+    assert f"{DISTURBED_MARK} 2 of 2" in efficiency
+    sequences = _section(html, "Sequence-workloads")
+    assert DISTURBED_MARK not in sequences and all("disturbed repeats" not in h for h in _headers(sequences))
 
 
 def test_a_comparison_table_never_mixes_units_in_one_column(report):

@@ -30,6 +30,7 @@ from bench_core.summary.reference import (
     reference_scaling,
 )
 from bench_core.summary.tables import (
+    disturbed_marks,
     efficiency_table,
     environment_table,
     failures_table,
@@ -169,8 +170,10 @@ def show_efficiency(res: Results) -> None:
                "j_per_1k_samples": "J / 1k samples", "samples_per_s_per_w": "samples/s per W",
                "energy_method": "energy from", "price_per_hour": "price / hour",
                "cost_per_million_samples": "cost / million samples"}
+    table["disturbed_text"] = disturbed_marks(table)
+    columns["disturbed_text"] = "disturbed repeats"
     show_table(table, {k: v for k, v in columns.items() if k in ("machine", "config", "samples_per_s")
-                       or table[k].notna().any()})
+                       or (table[k].notna().any() if k != "disturbed_text" else table["disturbed"].any())})
     flagged = noise_table(res)
     if flagged.empty:
         note("Noise flags: no row was flagged (checks: step-time CV, throttling, clocks, other processes "

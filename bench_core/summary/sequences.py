@@ -19,6 +19,7 @@ from bench_core.summary.html import (
     sort_table,
 )
 from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.tables import disturbed_marks, flag_disturbed
 from bench_core.summary.text import num_text, wrap_text
 
 TOKENS = "tokens/s"
@@ -35,8 +36,8 @@ def sequence_table(res: Results) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     first = lambda s: next((v for v in s if isinstance(v, str) and v), None)  # noqa: E731
-    table = ok.groupby(["machine", *WORKLOAD], dropna=False, sort=False).agg(
-        repeats=("throughput", "count"), tokens_per_s=("tokens_per_s", "median"),
+    table = flag_disturbed(ok).groupby(["machine", *WORKLOAD], dropna=False, sort=False).agg(
+        repeats=("throughput", "count"), disturbed=("_disturbed", "sum"), tokens_per_s=("tokens_per_s", "median"),
         sequences_per_s=("samples_per_s", "median"), mfu=("mfu", "median"),
         flops_per_sample=("flops_per_sample", "median"), flops_counted=("flops_per_sample_counted", "median"),
         flops_method=("flops_method", first), params_count=("params_count", "median"),
@@ -54,9 +55,10 @@ def generation_table(res: Results) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     memory = ok["peak_mem_allocated_bytes"].fillna(ok["peak_rss_bytes"]) / 2**20
-    table = ok.assign(_memory_mib=memory, _kv_mib=ok["kv_cache_bytes"] / 2**20).groupby(
+    table = flag_disturbed(ok).assign(_memory_mib=memory, _kv_mib=ok["kv_cache_bytes"] / 2**20).groupby(
         ["machine", *WORKLOAD], dropna=False, sort=False).agg(
-        repeats=("throughput", "count"), prompt_len=("prompt_len", "median"), new_tokens=("new_tokens", "median"),
+        repeats=("throughput", "count"), disturbed=("_disturbed", "sum"), prompt_len=("prompt_len", "median"),
+        new_tokens=("new_tokens", "median"),
         ttft_ms=("ttft_ms_median", "median"), ttft_ms_p95=("ttft_ms_p95", "median"),
         decode_tokens_per_s=("decode_tokens_per_s", "median"), itl_ms=("itl_ms_median", "median"),
         itl_ms_p95=("itl_ms_p95", "median"), tokens_per_s=("tokens_per_s", "median"),
@@ -76,7 +78,7 @@ def show_sequences(res: Results) -> None:
         "machine": "machine", "model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch / device",
         "input_shape": "input", "world_size": "devices", "tokens_per_s": "tokens/s (median)",
         "sequences_per_s": "sequences/s", "mfu": "MFU", "flops": "MFU's FLOPs", "formula_vs_counted":
-        "formula / counted FLOPs", "attention": "attention kernel", "repeats": "repeats"}))
+        "formula / counted FLOPs", "attention": "attention kernel", "repeats": "repeats", **marks(table)}))
     paragraph("MFU divides the standard transformer FLOPs (6N + 12·L·H·Q·T per trained token, 2N + 4·L·H·Q·T per "
               "forward token, PaLM appendix B, with N the parameters that multiply) by the time and the peak; the "
               "FLOP counter's figure for the same step stands beside it (formula / counted near 1: the two agree). "
@@ -94,8 +96,18 @@ def show_sequences(res: Results) -> None:
         "itl_ms_p95": "ITL p95, ms", "tokens_per_s": "output tokens/s", "prefill_tokens_per_s": "prefill tokens/s",
         **({"audio_s_per_s": "audio s/s (speech: whole transcriptions)"} if generation["audio_s_per_s"].notna().any()
            else {}),
-        "kv_cache_mib": "KV cache MiB", "peak_memory_mib": "peak memory MiB", "repeats": "repeats"}))
+        "kv_cache_mib": "KV cache MiB", "peak_memory_mib": "peak memory MiB", "repeats": "repeats",
+        **marks(generation)}))
     paragraph(FRAMEWORK_NOTE)
+
+
+def marks(table: pd.DataFrame) -> dict:
+    """The disturbed-repeats column ('⚠ 2 of 3') where a configuration has flagged repeats: set on `table`,
+    and its header for show_table (none when nothing was flagged)."""
+    if not table["disturbed"].any():
+        return {}
+    table["disturbed_text"] = disturbed_marks(table)
+    return {"disturbed_text": "disturbed repeats"}
 
 
 def show_generation_chart(table: pd.DataFrame) -> None:

@@ -26,9 +26,11 @@ from bench_core.summary.html import (
 from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
 from bench_core.summary.ratio_chart import show_ratio_chart
 from bench_core.summary.tables import (
+    DISTURBED_MARK,
     KNEE_FRACTION,
     amp_speedup_table,
     batch_curves,
+    disturbed_marks,
     emulation_notes,
     headline_table,
     knee_points,
@@ -36,7 +38,6 @@ from bench_core.summary.tables import (
 )
 from bench_core.summary.text import num_text, short_list, sig_text, wrap_text
 
-DISTURBED_MARK = "⚠"  # beside a figure whose repeats were flagged as disturbed, in the tables and the charts
 DISTURBED_WHY = "another process on the CPU or device, throttling, a clock drop, or repeats that disagree"
 
 
@@ -48,8 +49,7 @@ def show_headline(res: Results) -> None:
              "No result rows: nothing to summarise (see Overview for what was read).")
         return
     table["IQR of repeats"] = [f"{sig_text(a)} – {sig_text(b)}" for a, b in zip(table["q25"], table["q75"])]
-    table["disturbed_text"] = [f"{DISTURBED_MARK} {d} of {n}" if d else "" for d, n in
-                               zip(table["disturbed"].astype(int), table["repeats"])]
+    table["disturbed_text"] = disturbed_marks(table)
     for name in ("batch_size", "world_size", "repeats"):  # counts: whole numbers, not 3 significant figures
         if table[name].notna().all() and (table[name] % 1 == 0).all():
             table[name] = table[name].astype("int64")

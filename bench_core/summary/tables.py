@@ -21,6 +21,18 @@ from bench_core.summary.load import (
 from bench_core.summary.text import is_number, is_present, num_text
 
 KNEE_FRACTION = 0.9          # the knee: smallest batch reaching 90% of the curve's best throughput
+DISTURBED_MARK = "⚠"  # beside a figure whose repeats were flagged as disturbed, in the tables and the charts
+
+
+def flag_disturbed(ok: pd.DataFrame) -> pd.DataFrame:
+    """The rows with `_disturbed`: whether each repeat carries a disturbing flag (results.disturbed), for
+    a table's `disturbed=("_disturbed", "sum")` beside its `repeats`."""
+    return ok.assign(_disturbed=[bool(disturbances(v)) for v in ok["noise_flags"]])
+
+
+def disturbed_marks(table: pd.DataFrame) -> list[str]:
+    """'⚠ 2 of 3' per row of a table with `disturbed` and `repeats` columns ('' where none was flagged)."""
+    return [f"{DISTURBED_MARK} {int(d)} of {int(n)}" if d else "" for d, n in zip(table["disturbed"], table["repeats"])]
 
 
 def headline_table(res: Results) -> pd.DataFrame:
@@ -31,8 +43,7 @@ def headline_table(res: Results) -> pd.DataFrame:
     ok = res.ok
     if ok.empty:
         return pd.DataFrame()
-    ok = ok.assign(_peak_memory_mib=ok["peak_mem_allocated_bytes"] / 2**20,
-                   _disturbed=[bool(disturbances(v)) for v in ok["noise_flags"]])
+    ok = flag_disturbed(ok).assign(_peak_memory_mib=ok["peak_mem_allocated_bytes"] / 2**20)
     table = ok.groupby(["machine", *WORKLOAD], dropna=False, sort=False).agg(
         repeats=("throughput", "count"), disturbed=("_disturbed", "sum"), throughput=("throughput", "median"),
         throughput_unit=("throughput_unit", "first"),
@@ -245,7 +256,8 @@ def efficiency_table(res: Results) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     first = lambda s: next((str(v) for v in s if is_present(v)), None)  # noqa: E731
-    table = ok.groupby(["machine", "config", *WORKLOAD], dropna=False, sort=False).agg(
+    table = flag_disturbed(ok).groupby(["machine", "config", *WORKLOAD], dropna=False, sort=False).agg(
+        repeats=("samples_per_s", "count"), disturbed=("_disturbed", "sum"),
         samples_per_s=("samples_per_s", "median"), achieved_tflops=("achieved_tflops", "median"),
         peak_tflops=("peak_tflops", "median"), mfu=("mfu", "median"), peak_source=("peak_source", first),
         power_w_mean=("power_w_mean", "median"), samples_per_j=("samples_per_j", "median"),
