@@ -3,7 +3,9 @@ import collections
 import contextlib
 import os
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -32,6 +34,25 @@ def tiny(**changes) -> BenchConfig:
 @pytest.fixture
 def tiny_config():
     return tiny
+
+
+@contextlib.contextmanager
+def cpu_hog():
+    """A process spinning on one core, started as another user's job would be: through a shell that exits at
+    once, so it is nobody's child here (the sampler counts this process's own children as its work, not as
+    other processes). Busy before this yields it; killed after."""
+    import psutil
+    started = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True)
+    busy = psutil.Process(int(started.stdout))
+    try:
+        assert busy not in psutil.Process().children(recursive=True)
+        while busy.cpu_times().user < 0.3:  # busy before the first window opens
+            time.sleep(0.05)
+        yield busy
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:

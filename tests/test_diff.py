@@ -5,13 +5,9 @@ import json
 import math
 import re
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
 import yaml
 
@@ -28,7 +24,7 @@ from bench_core.errors import (
 from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import RUN_SHIFT
 from bench_core.sweep.plan import load_sweep
-from conftest import bench_here
+from conftest import bench_here, cpu_hog
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,21 +121,10 @@ def test_a_side_measured_beside_a_cpu_hog_is_disturbed_not_judged(runs, capsys, 
     the rows and the flag, where it used to print a confident '6.83x faster'. (Not `alone`: the hog
     disturbs every window whatever else runs, and the other worker's tests only add to it.)"""
     old, _ = runs
-    # Started by a shell that exits at once: the hog is nobody's child here, as another user's job would be
-    # (the sampler counts this process's own children as its work, not as other processes).
-    started = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-                             capture_output=True, text=True, check=True)
-    hog = psutil.Process(int(started.stdout))
-    try:
-        assert hog not in psutil.Process().children(recursive=True)
-        while hog.cpu_times().user < 0.3:  # busy before the first window opens
-            time.sleep(0.05)
+    with cpu_hog():  # nobody's child here, as another user's job would be
         for mode in ("train", "infer"):  # fewer and shorter windows than OLD's: the hog spins all along
             bench_main(["run", *TINY_FLAGS, "--repeats", "3", "--steps", "5", "--mode", mode,
                         "--out", str(tmp_path / "busy")])
-    finally:
-        hog.kill()
-        hog.wait()
     capsys.readouterr()
     assert list(clean_repeats(tmp_path / "busy")) == [0, 0]  # the hog was seen in every window
     code, out, err = bench(capsys, "diff", str(old), str(tmp_path / "busy"))

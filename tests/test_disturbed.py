@@ -5,17 +5,13 @@ timing is asserted. bench compare's variant table and its verdict come from one 
 import csv
 import json
 import re
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
 
 from bench_core.errors import EXIT_DISTURBED, EXIT_OK
 from bench_core.results.comparison import DISTURBED, compare_paired
 from bench_core.scenarios.compare import Comparison, judge
-from conftest import bench_here
+from conftest import bench_here, cpu_hog
 from test_fidelity import QUICK
 
 TINY_RUN = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--steps", "3",
@@ -25,17 +21,8 @@ TINY_RUN = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-s
 @pytest.fixture(scope="module")
 def hog():
     """A busy process on one core for the module's hog tests, killed at the end."""
-    started = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-                             capture_output=True, text=True, check=True)
-    busy = psutil.Process(int(started.stdout))
-    try:
-        assert busy not in psutil.Process().children(recursive=True)
-        while busy.cpu_times().user < 0.3:  # busy before the first window opens
-            time.sleep(0.05)
+    with cpu_hog() as busy:
         yield busy
-    finally:
-        busy.kill()
-        busy.wait()
 
 
 def test_bench_compare_beside_a_cpu_hog_says_disturbed_with_exit_3(hog, capsys):
