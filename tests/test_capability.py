@@ -15,7 +15,7 @@ import torch
 
 from bench_core import BenchConfig, ConfigError, capability
 
-from bench_core.measure import efficiency, flops
+from bench_core.measure import efficiency, flops, peaks
 from bench_core.capability import EMULATED, NATIVE, UNSUPPORTED, CpuFacts, cpu_support, cuda_support
 from bench_core.workload.precision import PRECISIONS
 
@@ -299,7 +299,7 @@ def test_an_mfu_above_1_is_never_shown_and_the_flag_carries_it(tiny_config):
 
 
 def test_a_gpu_without_bf16_tensor_cores_is_divided_by_its_fp32_peak():
-    peak = flops.gpu_peak("Tesla V100-SXM2-16GB", "amp-bf16")
+    peak = peaks.gpu_peak("Tesla V100-SXM2-16GB", "amp-bf16")
     assert peak.tflops == 15.7 and peak.source.startswith("the fp32 peak")
 
 

@@ -15,7 +15,7 @@ import torch
 from bench_core import BenchConfig, ConfigError, run_benchmark
 from bench_core.devices import (Backend, CudaBackend, is_library_alloc_failure, numerics_state, restore_numerics,
                                 set_tf32, tf32_flags)
-from bench_core.measure.flops import GPU_PEAKS_CSV, PEAK_CLASS, gpu_peak, gpu_peak_table
+from bench_core.measure.peaks import GPU_PEAKS_CSV, PEAK_CLASS, gpu_peak, gpu_peak_table
 from bench_core.workload.precision import resolve_precision
 from bench_core.run.runner import Session
 from conftest import tiny

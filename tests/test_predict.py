@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench_core.cli import main as bench
-from bench_core.measure.flops import PEAK_QUANTITIES, gpu_spec_table
+from bench_core.measure.peaks import PEAK_QUANTITIES, gpu_spec_table
 from bench_core.predict import published
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.model import Profile, Setup, predict

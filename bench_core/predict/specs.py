@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from bench_core.errors import ConfigError
-from bench_core.measure.flops import NO_UNITS, PEAK_CLASS, PEAK_QUANTITIES, UNPUBLISHED, gpu_spec_table
+from bench_core.measure.peaks import NO_UNITS, PEAK_CLASS, PEAK_QUANTITIES, UNPUBLISHED, gpu_spec_table
 
 # What a prediction needs beyond the peaks; a GPU without them is not predictable.
 REQUIRED = ("memory_gbps", "memory_gb", "link_gbps")

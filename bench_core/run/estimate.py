@@ -14,7 +14,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: the CLI imports LongStepWarning before, and without, torch
-    from bench_core.measure.flops import Peak
+    from bench_core.measure.peaks import Peak
     from bench_core.workload.family import Task
 
 # A warm-up this long is far beyond a benchmark's budget: the timed windows of a run take seconds
