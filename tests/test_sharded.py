@@ -222,13 +222,19 @@ def test_two_torchruns_as_two_nodes_train_with_fsdp_as_one_process_does(tmp_path
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_mid_step_under_fsdp_is_a_failure_row_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setenv(ddp.FAULT_ENV, "exit-rank-1")  # a hard death at rank 1's first forward pass
+@pytest.mark.parametrize("fault, status, says", [
+    ("exit-rank-1", "error", "rank 1 of 2 exited with code 17"),  # a hard death at rank 1's first forward pass
+    # rank 1 alone runs out of memory (torch.OutOfMemoryError, raised on it only) while rank 0 waits in FSDP's
+    # all-gather: an oom row naming rank 1, not rank 0's lost connection
+    ("oom-rank-1", "oom", "rank 1 of 2 (%s): OutOfMemoryError: out of memory: injected fault on rank 1"),
+], ids=["killed", "oom-on-one-rank"])
+def test_a_rank_that_dies_mid_step_under_fsdp_is_a_failure_row_naming_it(fault, status, says, tmp_path, monkeypatch):
+    monkeypatch.setenv(ddp.FAULT_ENV, fault)
     monkeypatch.setenv(torchrun.WORKDIR_ENV, str(tmp_path))
     (row,) = run_benchmark(llama(nproc_per_node=2, parallelism="fsdp", batch_size=2, dist_timeout_s=10))
-    assert row["status"] == "error" and "rank 1 of 2 exited with code 17" in row["message"]
+    assert row["status"] == status and (says % socket.gethostname() if "%s" in says else says) in row["message"]
     assert (row["parallelism"], row["world_size"]) == ("fsdp", 2)
-    assert not _leftovers(tmp_path)
+    assert not _leftovers(tmp_path)  # no worker left waiting in a collective; the caller (a sweep) has its row
 
 
 def test_the_llm_training_sweep_asks_for_configurations_an_80_gb_gpu_holds():
