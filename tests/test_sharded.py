@@ -278,3 +278,34 @@ def test_hsdp_over_two_nodes_trains_as_one_process_does(tmp_path, one_process):
                                                           "none: fp32 parameters, compute and reductions")
     assert losses(row) == pytest.approx(losses(one_process), rel=LOSS_TOLERANCE)
     assert not _leftovers(tmp_path)
+
+
+# -- batch_size max with FSDP ---------------------------------------------------------------------
+
+def test_the_fsdp_batch_search_is_bounded_by_the_per_rank_estimate():
+    # In process, on the meta device: the largest per-rank batch whose estimate fits a limit, exactly at its edge.
+    cfg = llama(nproc_per_node=2, parallelism="fsdp", batch_size="max")
+    spec, precision = resolve_model(cfg.model), resolve_precision(cfg.precision)
+    at = {b: memory_estimate.estimate(spec.task, spec, cfg.replace(batch_size=b), precision).total for b in (1, 8, 9)}
+    bound, beyond = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, precision, at[8] + (at[9] - at[8]) // 2)
+    assert (bound, beyond.total) == (8, at[9])
+    assert memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, precision, at[1] - 1)[0] == 0
+
+
+def test_batch_size_max_with_fsdp_on_one_node_is_searched_and_elsewhere_refused_naming_the_field():
+    assert llama(nproc_per_node=2, parallelism="fsdp", batch_size="max").batch_size == "max"
+    for changes, words in [(dict(nproc_per_node=2), "under ddp every rank holds the whole model"),
+                           (dict(nproc_per_node=1, nnodes=2, rdzv_endpoint="127.0.0.1:29400", parallelism="fsdp"),
+                            "max is searched on one node")]:
+        with pytest.raises(ConfigError) as caught:
+            llama(batch_size="max", **changes)
+        assert caught.value.field == "batch_size" and words in str(caught.value)
+
+
+def test_batch_size_max_with_fsdp_that_no_batch_fits_is_an_oom_row_before_any_process_starts(tmp_path):
+    config = tmp_path / "llama-405b.json"
+    config.write_text(json.dumps(HUGE_LLAMA))
+    (row,) = run_benchmark(llama(model=f"hf:{config}", nproc_per_node=2, parallelism="fsdp", batch_size="max"))
+    assert row["status"] == "oom" and row["batch_size_requested"] == "max" and row["world_size"] == 2
+    assert row["message"].startswith("batch search: even batch 1 does not fit by the per-rank memory estimate")
+    assert "fsdp over 2" in row["message"] and "GiB free per rank of 2" in row["message"]
