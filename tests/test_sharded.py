@@ -309,3 +309,23 @@ def test_batch_size_max_with_fsdp_that_no_batch_fits_is_an_oom_row_before_any_pr
     assert row["status"] == "oom" and row["batch_size_requested"] == "max" and row["world_size"] == 2
     assert row["message"].startswith("batch search: even batch 1 does not fit by the per-rank memory estimate")
     assert "fsdp over 2" in row["message"] and "GiB free per rank of 2" in row["message"]
+
+
+# -- the share of the step in collectives no compute hid ------------------------------------------
+
+def test_exposed_communication_is_the_collective_time_no_compute_covered():
+    from bench_core.run.comm_overlap import exposed_share, merged
+    step = (0.0, 100.0)
+    # two all-gathers, 10-30 and 25-50 (one stretch, 10-50), matmuls 0-20 and 40-45: exposed 20-40 and 45-50
+    assert merged([(25, 50), (10, 30), (60, 60)]) == [(10, 50)]
+    assert exposed_share([(10, 30), (25, 50)], [(0, 20), (40, 45)], step) == pytest.approx(0.25)
+    assert exposed_share([(10, 30)], [(0, 100)], step) == 0.0  # hidden behind compute entirely
+    assert exposed_share([(10, 30)], [], step) == pytest.approx(0.2)  # nothing to hide behind
+    assert exposed_share([(-10, 10), (90, 120)], [], step) == pytest.approx(0.2)  # only the step's span counts
+
+
+@pytest.mark.slow
+def test_the_fsdp_row_says_how_much_of_its_step_gloo_collectives_left_exposed(fsdp):
+    # On CPU, gloo's collectives run on their own threads; while the training thread waits for an all-gather
+    # or a reduce-scatter, the collective is exposed: some, never more than the step.
+    assert 0 < fsdp["exposed_comm_share"] <= 1 and "gloo collective" in fsdp["exposed_comm_method"]
