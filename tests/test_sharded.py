@@ -329,3 +329,18 @@ def test_the_fsdp_row_says_how_much_of_its_step_gloo_collectives_left_exposed(fs
     # On CPU, gloo's collectives run on their own threads; while the training thread waits for an all-gather
     # or a reduce-scatter, the collective is exposed: some, never more than the step.
     assert 0 < fsdp["exposed_comm_share"] <= 1 and "gloo collective" in fsdp["exposed_comm_method"]
+
+
+def test_the_gpu_suite_has_one_fsdp_row_that_a_24_gb_gpu_holds(monkeypatch):
+    from pathlib import Path
+
+    import torch
+
+    from bench_core.sweep import plan
+    from bench_core.sweep.plan import load_sweep
+    monkeypatch.setattr(plan, "resolve_device", lambda name, local_rank=0: torch.device("cpu"))  # it names cuda
+    configs = load_sweep(Path(__file__).parents[1] / "params" / "gpu-standard.yaml").configs
+    (cfg,) = [c for c in configs if c.parallelism != "ddp"]
+    assert (cfg.model, cfg.parallelism, cfg.precision, cfg.world_size, cfg.mode) == ("llama-1b", "fsdp", "amp-bf16", 2, "train")
+    spec = resolve_model(cfg.model)  # the device is only named here: the estimate is from the configuration alone
+    assert memory_estimate.estimate(spec.task, spec, cfg, resolve_precision(cfg.precision)).total < 24 * 2**30
