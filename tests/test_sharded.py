@@ -222,13 +222,19 @@ def test_two_torchruns_as_two_nodes_train_with_fsdp_as_one_process_does(tmp_path
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_mid_step_under_fsdp_is_a_failure_row_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setenv(ddp.FAULT_ENV, "exit-rank-1")  # a hard death at rank 1's first forward pass
+@pytest.mark.parametrize("fault, status, says", [
+    ("exit-rank-1", "error", "rank 1 of 2 exited with code 17"),  # a hard death at rank 1's first forward pass
+    # rank 1 alone runs out of memory (torch.OutOfMemoryError, raised on it only) while rank 0 waits in FSDP's
+    # all-gather: an oom row naming rank 1, not rank 0's lost connection
+    ("oom-rank-1", "oom", "rank 1 of 2 (%s): OutOfMemoryError: out of memory: injected fault on rank 1"),
+], ids=["killed", "oom-on-one-rank"])
+def test_a_rank_that_dies_mid_step_under_fsdp_is_a_failure_row_naming_it(fault, status, says, tmp_path, monkeypatch):
+    monkeypatch.setenv(ddp.FAULT_ENV, fault)
     monkeypatch.setenv(torchrun.WORKDIR_ENV, str(tmp_path))
     (row,) = run_benchmark(llama(nproc_per_node=2, parallelism="fsdp", batch_size=2, dist_timeout_s=10))
-    assert row["status"] == "error" and "rank 1 of 2 exited with code 17" in row["message"]
+    assert row["status"] == status and (says % socket.gethostname() if "%s" in says else says) in row["message"]
     assert (row["parallelism"], row["world_size"]) == ("fsdp", 2)
-    assert not _leftovers(tmp_path)
+    assert not _leftovers(tmp_path)  # no worker left waiting in a collective; the caller (a sweep) has its row
 
 
 def test_the_llm_training_sweep_asks_for_configurations_an_80_gb_gpu_holds():
@@ -272,3 +278,69 @@ def test_hsdp_over_two_nodes_trains_as_one_process_does(tmp_path, one_process):
                                                           "none: fp32 parameters, compute and reductions")
     assert losses(row) == pytest.approx(losses(one_process), rel=LOSS_TOLERANCE)
     assert not _leftovers(tmp_path)
+
+
+# -- batch_size max with FSDP ---------------------------------------------------------------------
+
+def test_the_fsdp_batch_search_is_bounded_by_the_per_rank_estimate():
+    # In process, on the meta device: the largest per-rank batch whose estimate fits a limit, exactly at its edge.
+    cfg = llama(nproc_per_node=2, parallelism="fsdp", batch_size="max")
+    spec, precision = resolve_model(cfg.model), resolve_precision(cfg.precision)
+    at = {b: memory_estimate.estimate(spec.task, spec, cfg.replace(batch_size=b), precision).total for b in (1, 8, 9)}
+    bound, beyond = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, precision, at[8] + (at[9] - at[8]) // 2)
+    assert (bound, beyond.total) == (8, at[9])
+    assert memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, precision, at[1] - 1)[0] == 0
+
+
+def test_batch_size_max_with_fsdp_on_one_node_is_searched_and_elsewhere_refused_naming_the_field():
+    assert llama(nproc_per_node=2, parallelism="fsdp", batch_size="max").batch_size == "max"
+    for changes, words in [(dict(nproc_per_node=2), "under ddp every rank holds the whole model"),
+                           (dict(nproc_per_node=1, nnodes=2, rdzv_endpoint="127.0.0.1:29400", parallelism="fsdp"),
+                            "max is searched on one node")]:
+        with pytest.raises(ConfigError) as caught:
+            llama(batch_size="max", **changes)
+        assert caught.value.field == "batch_size" and words in str(caught.value)
+
+
+def test_batch_size_max_with_fsdp_that_no_batch_fits_is_an_oom_row_before_any_process_starts(tmp_path):
+    config = tmp_path / "llama-405b.json"
+    config.write_text(json.dumps(HUGE_LLAMA))
+    (row,) = run_benchmark(llama(model=f"hf:{config}", nproc_per_node=2, parallelism="fsdp", batch_size="max"))
+    assert row["status"] == "oom" and row["batch_size_requested"] == "max" and row["world_size"] == 2
+    assert row["message"].startswith("batch search: even batch 1 does not fit by the per-rank memory estimate")
+    assert "fsdp over 2" in row["message"] and "GiB free per rank of 2" in row["message"]
+
+
+# -- the share of the step in collectives no compute hid ------------------------------------------
+
+def test_exposed_communication_is_the_collective_time_no_compute_covered():
+    from bench_core.run.comm_overlap import exposed_share, merged
+    step = (0.0, 100.0)
+    # two all-gathers, 10-30 and 25-50 (one stretch, 10-50), matmuls 0-20 and 40-45: exposed 20-40 and 45-50
+    assert merged([(25, 50), (10, 30), (60, 60)]) == [(10, 50)]
+    assert exposed_share([(10, 30), (25, 50)], [(0, 20), (40, 45)], step) == pytest.approx(0.25)
+    assert exposed_share([(10, 30)], [(0, 100)], step) == 0.0  # hidden behind compute entirely
+    assert exposed_share([(10, 30)], [], step) == pytest.approx(0.2)  # nothing to hide behind
+    assert exposed_share([(-10, 10), (90, 120)], [], step) == pytest.approx(0.2)  # only the step's span counts
+
+
+@pytest.mark.slow
+def test_the_fsdp_row_says_how_much_of_its_step_gloo_collectives_left_exposed(fsdp):
+    # On CPU, gloo's collectives run on their own threads; while the training thread waits for an all-gather
+    # or a reduce-scatter, the collective is exposed: some, never more than the step.
+    assert 0 < fsdp["exposed_comm_share"] <= 1 and "gloo collective" in fsdp["exposed_comm_method"]
+
+
+def test_the_gpu_suite_has_one_fsdp_row_that_a_24_gb_gpu_holds(monkeypatch):
+    from pathlib import Path
+
+    import torch
+
+    from bench_core.sweep import plan
+    from bench_core.sweep.plan import load_sweep
+    monkeypatch.setattr(plan, "resolve_device", lambda name, local_rank=0: torch.device("cpu"))  # it names cuda
+    configs = load_sweep(Path(__file__).parents[1] / "params" / "gpu-standard.yaml").configs
+    (cfg,) = [c for c in configs if c.parallelism != "ddp"]
+    assert (cfg.model, cfg.parallelism, cfg.precision, cfg.world_size, cfg.mode) == ("llama-1b", "fsdp", "amp-bf16", 2, "train")
+    spec = resolve_model(cfg.model)  # the device is only named here: the estimate is from the configuration alone
+    assert memory_estimate.estimate(spec.task, spec, cfg, resolve_precision(cfg.precision)).total < 24 * 2**30

@@ -275,9 +275,8 @@ def _validate(cfg: BenchConfig) -> None:
         raise ConfigError("optimizer", f"{cfg.optimizer} with precision fp16 trains to NaN: its state is float16 (eps "
                                        "1e-8 rounds to 0, the second moment underflows) and pure fp16 has no master "
                                        "weights or loss scaling; allowed: sgd with fp16, or precision amp-fp16")
-    if cfg.batch_size == MAX_BATCH and cfg.world_size > 1:
-        raise ConfigError("batch_size", f"max is searched in one process; with {cfg.world_size} processes give a "
-                                        "number (find it with bench find-batch on one device)")
+    if cfg.batch_size == MAX_BATCH:
+        check_spread_search(cfg)
     if cfg.node_rank >= cfg.nnodes:
         raise ConfigError("node_rank", f"must be < nnodes ({cfg.nnodes}), got {cfg.node_rank}")
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
@@ -304,6 +303,21 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.denoise_steps = as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
     cfg.audio_frames = as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
+
+
+def check_spread_search(cfg: BenchConfig) -> None:
+    """Where a batch-size search may run on several processes: on one node, with a sharded parallelism, every
+    probe a run of all the processes at one per-rank batch (so every rank uses the same batch)."""
+    if cfg.world_size == 1:
+        return
+    if cfg.nnodes > 1:
+        raise ConfigError("batch_size", f"max is searched on one node; over {cfg.nnodes} nodes each would search on "
+                                        "its own and could settle on another batch: give a number (search it on "
+                                        "one node with the same nproc_per_node)")
+    if cfg.parallelism == "ddp":
+        raise ConfigError("batch_size", f"max with {cfg.world_size} processes is searched for a sharded parallelism "
+                                        "(fsdp, fsdp-tp); under ddp every rank holds the whole model, as one process "
+                                        "does: give a number (find it with bench find-batch on one device)")
 
 
 def _check_mesh(cfg: BenchConfig) -> None:

@@ -1,5 +1,11 @@
 """`batch_size: max` and `bench find-batch`: the largest per-device batch that runs, found by an
 explicit search (grow, then bisect) of short real runs, each probe in a fresh process when asked.
+
+A sharded configuration on several processes of one node (fsdp, fsdp-tp) is searched the same way, every
+probe a run of all its processes (torchrun) at one per-rank batch: a probe out of memory on any rank is
+out of memory for the configuration, so every rank runs the batch found. Its per-rank memory estimate
+(run/memory_estimate.py) bounds the search first, where the free memory is known without taking any of it
+(CPU: the node's available memory shared by its processes): a batch beyond it is not tried.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from bench_core.config.schema import (
     MIN_COMPILE_WARMUP_STEPS,
     BenchConfig,
     check_int,
+    check_spread_search,
 )
 from bench_core.devices import Backend, is_foreign_cpu_oom, resolve_device
 from bench_core.errors import ConfigError
@@ -24,7 +31,10 @@ from bench_core.launch.placement import run_placed
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, run_fields
+from bench_core.run import memory_estimate
 from bench_core.run.runner import Progress, old_objects_frozen
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import resolve_precision
 
 # A probe is a real run, as short as it can be: first step, FLOP-count step, one timed step
 # (with compile, MIN_COMPILE_WARMUP_STEPS warm-up steps: config refuses fewer).
@@ -66,6 +76,8 @@ class BatchSearch:
     message: str | None = None
     memory_limit_bytes: int | None = None  # CPU: address-space cap during the search
     isolated: bool = False             # each probe ran in a fresh process
+    estimate_bound: int | None = None  # several processes: the largest batch whose per-rank estimate fits
+    estimate_note: str | None = None   # the estimate that bounded it (of the batch after it) and the limit
     probes: list[BatchProbe] = field(default_factory=list)
 
     @property
@@ -82,10 +94,14 @@ class BatchSearch:
         trail = ", ".join(f"{p.batch_size} {p.status}" for p in self.probes)
         if self.stopped == "error":
             return f"batch search stopped by an error after {len(self.probes)} probes ({trail}): {self.message}"
+        if self.stopped == "none-fit" and not self.probes:
+            return f"batch search: even batch 1 does not fit by the per-rank memory estimate ({self.estimate_note})"
         if self.stopped == "none-fit":
             smallest = next(p.batch_size for p in self.probes if p.status == "oom")
             return f"batch search: even batch {smallest} ran out of memory ({self.message})"
         edge = (f"{self.first_failed} ran out of memory" if self.first_failed
+                else f"reached the per-rank memory estimate's bound {self.max_batch_size} ({self.estimate_note})"
+                if self.estimate_bound == self.max_batch_size
                 else f"reached the cap max_batch_size {self.max_batch_size}")
         margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok else ""
         return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin})"
@@ -134,13 +150,19 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
     if start_batch_size > max_batch_size:
         raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above max_batch_size "
                                         f"{max_batch_size}")
-    if cfg.world_size > 1:
-        raise ConfigError("nproc_per_node", "find-batch searches the per-device batch in one process; "
-                                            "run it with nproc_per_node 1 and nnodes 1")
+    check_spread_search(cfg)
+    spread = cfg.world_size > 1  # every probe is a torchrun launch: fresh processes already
     say = progress or (lambda msg: None)
     search = BatchSearch(config=cfg.to_dict(), max_batch_size=max_batch_size, batch_margin=cfg.batch_margin,
-                         isolated=isolate)
+                         isolated=isolate or spread)
     device = resolve_device(cfg.device)
+    if spread:
+        _bound_by_estimate(search, cfg, device)
+        if search.estimate_bound == 0:
+            search.stopped, search.message = "none-fit", search.estimate_note
+            return search
+        max_batch_size = search.max_batch_size
+        isolate = False
 
     def ran(batch: int, purpose: str = "search") -> bool | None:
         """True: it ran; False: out of memory; None: too small to train (grow past it)."""
@@ -169,7 +191,9 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         return min(p.batch_size for p in search.probes if p.status in RAN)
 
     last_ok, first_bad = 0, None
-    with old_objects_frozen(), _cpu_memory_cap(device.type) as search.memory_limit_bytes:
+    # (several processes: no address-space cap here; each worker refuses a batch beyond its estimate itself)
+    cap = contextlib.nullcontext() if spread else _cpu_memory_cap(device.type)
+    with old_objects_frozen(), cap as search.memory_limit_bytes:
         try:
             batch = start_batch_size
             while True:  # grow
@@ -210,6 +234,24 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
 
 class _SearchError(Exception):
     pass
+
+
+def _bound_by_estimate(search: BatchSearch, cfg: BenchConfig, device) -> None:
+    """Several processes: the search's cap lowered to the largest batch whose per-rank estimate fits the
+    rank's share of free memory, where that is known here without taking any (CPU). On CUDA this process
+    opens no CUDA context (it would hold memory on a rank's GPU): each worker's own estimate check refuses a
+    batch beyond it within seconds, before allocating (an oom probe)."""
+    limit = Backend.for_device(device).free_memory_bytes(cfg.nproc_per_node) if device.type == "cpu" else None
+    if limit is None:
+        return
+    spec = resolve_model(cfg.model)
+    found = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, resolve_precision(cfg.precision), limit)
+    if found is None:
+        return
+    search.estimate_bound, beyond = found
+    search.estimate_note = (f"batch {search.estimate_bound + 1 if search.estimate_bound else 1}: {beyond.text()}; "
+                            f"{limit / memory_estimate.GIB:.4g} GiB free per rank of {cfg.nproc_per_node}")
+    search.max_batch_size = max(1, min(search.max_batch_size, search.estimate_bound))
 
 
 def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: bool = False) -> BatchProbe:
@@ -322,7 +364,7 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolat
     if not search.ok:
         rows = [_failure(cfg, "oom" if search.stopped == "none-fit" else "error", search.summary(),
                          search.params_count)]
-    elif isolate:
+    elif isolate and cfg.world_size == 1:  # (torchrun's workers are fresh processes already)
         found = cfg.replace(batch_size=search.batch_size)
         rows, status, why = in_fresh_process("run", found, progress)
         rows = rows or [_failure(found, status, why, search.params_count)]

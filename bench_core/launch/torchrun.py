@@ -36,8 +36,9 @@ torchrun stop the others (--max-restarts 0); the launcher kills torchrun and eve
 unsupported or timeout) whose message is the failing worker's own error.
 
 Test hooks (environment variables, for tests only):
-  BENCH_FAULT_INJECT=crash-rank-R | exit-rank-R | hang-rank-R   global rank R raises / exits
-      without a Python error / sleeps forever at its first forward pass of the benchmark.
+  BENCH_FAULT_INJECT=crash-rank-R | oom-rank-R | exit-rank-R | hang-rank-R   global rank R raises /
+      raises torch.OutOfMemoryError (that rank alone runs out of memory) / exits without a Python
+      error / sleeps forever at its first forward pass of the benchmark.
   BENCH_TEST_SEED_PER_RANK=1   rank R builds its model and data with seed + R, so replicas
       stay equal only through DDP (its initial broadcast and gradient all-reduce).
   BENCH_DIST_WORKDIR=DIR   keep each launch's files (config, torchrun command and log,

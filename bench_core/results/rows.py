@@ -29,7 +29,8 @@ from bench_core.config.schema import BenchConfig
 #    output_check and its columns (a variant's outputs against fp32 eager NCHW)
 #    the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training
 #    (parallelism, tp_degree, activation_checkpointing, mesh_shape, mixed_precision, warmup_losses,
-#    throughput_per_device); fp8: float8_linears, mfu_bf16_peak, peak_tflops_bf16
+#    throughput_per_device, exposed_comm_share, exposed_comm_method); fp8: float8_linears, mfu_bf16_peak,
+#    peak_tflops_bf16
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -153,6 +154,11 @@ _MEASURED = [
                    "dp_replicate=R x dp_shard=S (HSDP), dp_shard=S x tp=T (FSDP with tensor parallel)"),
     ("mixed_precision", "how a multi-process training run holds and reduces parameters and gradients: FSDP's "
                         "MixedPrecisionPolicy (bf16 parameters, fp32 reductions), a pure cast, autocast or none"),
+    ("exposed_comm_share", "multi-process training: the share of a step's wall time in which a collective ran and "
+                           "no compute did (not hidden behind compute), from torch.profiler over one extra step after "
+                           "the windows, mean over ranks (see exposed_comm_method)"),
+    ("exposed_comm_method", "how exposed_comm_share was measured (CUDA: nccl kernels against the other kernels; CPU: "
+                            "gloo's collective threads against the training thread's operators), or why it is empty"),
     ("warmup_losses", "train: the loss of each untimed step before the window (first step, FLOP-count step, "
                       "warm-up), averaged over the ranks: a sharded run's agree with one process's on the same "
                       "seed and global batch"),

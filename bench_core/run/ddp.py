@@ -17,7 +17,7 @@ from bench_core.run.timing import Window
 
 FAULT_ENV = "BENCH_FAULT_INJECT"
 SEED_PER_RANK_ENV = "BENCH_TEST_SEED_PER_RANK"
-_FAULT_RE = re.compile(r"^(crash|exit|hang)-rank-(\d+)$")
+_FAULT_RE = re.compile(r"^(crash|exit|hang|oom)-rank-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -130,16 +130,20 @@ def _collective_device() -> torch.device:
 
 
 def install_fault(model: torch.nn.Module) -> None:
-    """Test hook BENCH_FAULT_INJECT: fail on purpose at this rank's first forward pass."""
+    """Test hook BENCH_FAULT_INJECT: fail on purpose at this rank's first forward pass (crash: an error;
+    oom: torch's out-of-memory error, on this rank only; exit: a hard death; hang: no progress)."""
     match = _FAULT_RE.match(os.environ.get(FAULT_ENV, "").strip()) if in_worker() else None
     if not match or int(match.group(2)) != int(os.environ["RANK"]):
         return
     kind = match.group(1)
 
     def fault(module, args):
+        said = f"injected fault on rank {os.environ['RANK']} ({FAULT_ENV}={kind}-rank-{match.group(2)})"
+        if kind == "oom":  # as the CUDA caching allocator raises it on the one device that ran out
+            raise torch.OutOfMemoryError(f"out of memory: {said}")
         if kind == "exit":
             os._exit(17)  # a hard death: no Python error, no error file
         if kind == "hang":
             time.sleep(10**6)
-        raise RuntimeError(f"injected fault on rank {os.environ['RANK']} ({FAULT_ENV}={kind}-rank-{match.group(2)})")
+        raise RuntimeError(said)
     model.register_forward_pre_hook(fault)

@@ -84,6 +84,27 @@ def estimate(task, spec, cfg, precision: Precision) -> MemoryEstimate | None:
                           activations=acts[0] if acts else None, how="; ".join(how))
 
 
+def largest_batch_that_fits(task, spec, cfg, precision: Precision,
+                            limit_bytes: int) -> tuple[int, MemoryEstimate] | None:
+    """The largest per-rank batch whose estimate fits `limit_bytes`, with the estimate of
+    the batch after it (the one that does not fit; batch 1's when even that does not) -> (0, ...) when none
+    fits; None where there is no estimate, or it does not grow with the batch (nothing to bound). The
+    estimate is linear in the batch (activations per sequence; the rest fixed): two estimates give the
+    line, and the answer is checked against the estimate itself."""
+    def at(batch: int) -> MemoryEstimate | None:
+        return estimate(task, spec, cfg.replace(batch_size=batch), precision)
+    one, two = at(1), at(2)
+    if one is None or two is None or one.stated or two.total <= one.total:
+        return None
+    if one.total > limit_bytes:
+        return 0, one
+    per_sample = two.total - one.total
+    batch = 1 + (limit_bytes - one.total) // per_sample
+    while batch > 1 and at(batch).total > limit_bytes:  # rounding of the split terms: step back to what fits
+        batch -= 1
+    return batch, at(batch + 1)
+
+
 def check_fits(found: MemoryEstimate | None, backend: Backend, processes_on_node: int) -> None:
     """MemoryError (an `oom` row) when the estimate exceeds this rank's share of the device's free memory,
     before allocating any of it: on Linux a CPU allocation beyond what is free can succeed (overcommit),
