@@ -282,3 +282,30 @@ def test_server_metrics_are_read_from_the_prometheus_text_format():
     scraper.take(page)
     scraper.take(page.replace(" 3.0", " 0.0"))
     assert scraper.peaks == {"server_queue_max": 5.0, "server_kv_cache_max": 0.25}
+
+
+def test_a_shared_prefix_is_exactly_that_many_leading_tokens_and_the_row_says_so(session, folder):
+    from transformers import AutoTokenizer
+    from bench_core.results.disturbed import disturbances
+    cfg = serve_config(folder, prompt_len=12, shared_prefix_len=8, concurrency=2, steps=3, warmup_steps=0)
+    row = session.measure(cfg)[0]
+    assert row["status"] == "ok" and row["shared_prefix_len"] == 8
+    assert "shared-prefix(8 of 12 prompt tokens" in row["noise_flags"]
+    assert "shared-prefix" not in disturbances(row["noise_flags"])  # a note: the load asked for it
+    assert row["prompt_tokens_total"] == 12 * row["requests_ok"]  # the engine's own count
+    meta, records = read_records(Path(row["records_file"]))
+    assert meta["shared_prefix_len"] == 8
+    tokenizer = AutoTokenizer.from_pretrained(folder)  # the model folder's own tokenizer, as the server's
+    sent = [tokenizer(session.prompts.prompt(r.index, 12, 8), add_special_tokens=False)["input_ids"] for r in records]
+    assert all(len(ids) == 12 and ids[:8] == sent[0][:8] for ids in sent)
+    assert len({ids[8] for ids in sent}) == len(sent)  # the ninth token: each prompt's own from there
+
+
+def test_a_shared_prefix_must_leave_a_unique_token_and_zero_keeps_the_hash():
+    with pytest.raises(ConfigError, match=r"^shared_prefix_len: must be < prompt_len \(8\)"):
+        BenchConfig(**{**SMALL, "shared_prefix_len": 8})
+    with pytest.raises(ConfigError, match=r"^shared_prefix_len: must be >= 0"):
+        BenchConfig(**{**SMALL, "shared_prefix_len": -1})
+    assert BenchConfig(**SMALL).shared_prefix_len == 0
+    assert BenchConfig(**SMALL).config_hash() == BenchConfig(**SMALL, shared_prefix_len=0).config_hash() != \
+        BenchConfig(**SMALL, shared_prefix_len=4).config_hash()

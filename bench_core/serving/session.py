@@ -75,7 +75,7 @@ class ServingSession:
 
     # -- requests ---------------------------------------------------------------------------
     def _body(self, cfg: BenchConfig, index: int) -> tuple[dict, RequestRecord]:
-        prompt = self.prompts.prompt(index, cfg.prompt_len)
+        prompt = self.prompts.prompt(index, cfg.prompt_len, cfg.shared_prefix_len or 0)
         body = payload(cfg.endpoint, self.model, prompt, cfg.new_tokens, self.engine.request_fields(cfg.new_tokens))
         return body, RequestRecord(index, cfg.prompt_len, cfg.new_tokens)
 
@@ -134,12 +134,16 @@ class ServingSession:
         path = records_dir() / base["run_id"] / f"records-{repeat}.json"
         meta = {"run_id": base["run_id"], "repeat": repeat, "load": describe_load(cfg),
                 "slo_ttft_ms": cfg.slo_ttft_ms, "slo_tpot_ms": cfg.slo_tpot_ms,
-                "client_cpu_s": result.client_cpu_s, "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
+                "shared_prefix_len": cfg.shared_prefix_len, "client_cpu_s": result.client_cpu_s,
+                "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
         write_records(path, result.records, meta)
         flags = []
         if figures["client_saturated"]:
             flags.append(f"client-saturated(cpu {figures['client_cpu_fraction'] or 0:.2f} of a core, loop lag p99 "
                          f"{figures['client_loop_lag_ms_p99'] or 0:.1f} ms)")
+        if cfg.shared_prefix_len:  # a note, not a disturbance: the load asked for it
+            flags.append(f"shared-prefix({cfg.shared_prefix_len} of {cfg.prompt_len} prompt tokens common to every "
+                         "request: a warm prefix cache may inflate throughput and shorten TTFT)")
         status, message = "ok", ""
         if result.stopped:
             status, message = "error", result.stopped
