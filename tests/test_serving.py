@@ -309,3 +309,18 @@ def test_a_shared_prefix_must_leave_a_unique_token_and_zero_keeps_the_hash():
     assert BenchConfig(**SMALL).shared_prefix_len == 0
     assert BenchConfig(**SMALL).config_hash() == BenchConfig(**SMALL, shared_prefix_len=0).config_hash() != \
         BenchConfig(**SMALL, shared_prefix_len=4).config_hash()
+
+
+def test_a_point_records_its_device_energy_per_output_token_or_why_not(session, folder):
+    from bench_core.serving.energy import PointEnergy
+    from bench_core.serving.server import Server
+    row = session.measure(serve_config(folder, concurrency=2, steps=3, warmup_steps=0))[0]
+    assert row["status"] == "ok" and row["cpu_util_pct_mean"] > 0  # the sampler ran over the point
+    if row["energy_j"]:  # RAPL readable (or a GPU): joules over the ok requests' output tokens
+        assert row["energy_j_per_output_token"] == pytest.approx(row["energy_j"] / row["output_tokens_total"])
+    else:  # as a training row on this CPU: empty, and the reason
+        assert row["energy_j_per_output_token"] is None and "energy empty:" in row["telemetry_note"]
+    attached = PointEnergy("cpu", Server(session.server.url, session.engine, []))  # server_url: not sampled
+    with attached:
+        pass
+    assert attached.columns(10)["telemetry_note"].startswith("energy empty: attached to http://")

@@ -23,6 +23,7 @@ from bench_core.measure.noise import flag_unstable_repeats
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.serving import metrics
 from bench_core.serving.client import ENDPOINTS, payload
+from bench_core.serving.energy import PointEnergy
 from bench_core.serving.engines import Engine, resolve_engine
 from bench_core.serving.load import Load, PointResult, run_point
 from bench_core.serving.model_folder import folder_for
@@ -110,8 +111,9 @@ class ServingSession:
         try:
             for repeat in range(cfg.repeats):
                 self.say(f"serve: {describe_load(cfg)}: repeat {repeat + 1}/{cfg.repeats}")
-                result = self._point(cfg, cfg.steps, cfg.concurrency, cfg.request_rate)
-                rows.append(self.row(cfg, base, repeat, result))
+                with PointEnergy(cfg.device, self.server) as energy:
+                    result = self._point(cfg, cfg.steps, cfg.concurrency, cfg.request_rate)
+                rows.append(self.row(cfg, base, repeat, result, energy))
                 if result.stopped:
                     break
         except KeyboardInterrupt as exc:
@@ -128,16 +130,17 @@ class ServingSession:
                 "served_model_id": self.model, "server_startup_s": s.startup_s, "task": "causal-lm",
                 "input_shape": f"prompt {self.cfg.prompt_len} + {self.cfg.new_tokens} new tokens"}
 
-    def row(self, cfg: BenchConfig, base: dict, repeat: int, result: PointResult) -> dict:
+    def row(self, cfg: BenchConfig, base: dict, repeat: int, result: PointResult, energy: PointEnergy) -> dict:
         figures = metrics.figures(result.records, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
                                   client_cpu_s=result.client_cpu_s, loop_lag_ms=result.loop_lag_ms)
+        telemetry = energy.columns(figures["output_tokens_total"])
         path = records_dir() / base["run_id"] / f"records-{repeat}.json"
         meta = {"run_id": base["run_id"], "repeat": repeat, "load": describe_load(cfg),
                 "slo_ttft_ms": cfg.slo_ttft_ms, "slo_tpot_ms": cfg.slo_tpot_ms,
                 "shared_prefix_len": cfg.shared_prefix_len, "client_cpu_s": result.client_cpu_s,
                 "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
         write_records(path, result.records, meta)
-        flags = []
+        flags = [f for f in str(telemetry.pop("noise_flags", None) or "").split(";") if f]
         if figures["client_saturated"]:
             flags.append(f"client-saturated(cpu {figures['client_cpu_fraction'] or 0:.2f} of a core, loop lag p99 "
                          f"{figures['client_loop_lag_ms_p99'] or 0:.1f} ms)")
@@ -153,7 +156,7 @@ class ServingSession:
         rate = figures["output_tokens_per_s"]
         price = cfg.price_per_hour
         return finish_row({
-            **base, **figures, **result.server, "repeat": repeat, "status": status, "message": message,
+            **base, **figures, **result.server, **telemetry, "repeat": repeat, "status": status, "message": message,
             "records_file": str(path), "samples_per_s": figures["requests_per_s"], "sample_unit": "requests/s",
             "throughput": rate, "throughput_unit": THROUGHPUT_UNIT, "tokens_per_s": rate,
             "timed_s": figures["serve_window_s"], "timed_steps": figures["requests_sent"],

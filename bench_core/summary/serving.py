@@ -14,7 +14,7 @@ from bench_core.summary.text import is_present, num_text
 
 FIGURES = ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_user", "ttft_ms_p50", "ttft_ms_p90",
            "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p99", "error_rate",
-           "request_rate_achieved", "goodput_requests_per_s", "cost_per_million")
+           "request_rate_achieved", "goodput_requests_per_s", "cost_per_million", "energy_j_per_output_token")
 POINT = ("machine", "engine", "model", "input_shape", "load_kind", "load")
 
 
@@ -52,7 +52,8 @@ def slo_answers(points: pd.DataFrame) -> pd.DataFrame:
         best = answer.best or {}
         lines.append({"machine": key[0], "engine": key[1], "model": key[2], "input_shape": key[3],
                       "headline": answer.headline(ttft, tpot),
-                      "cost_per_million": best.get("cost_per_million")})
+                      "cost_per_million": best.get("cost_per_million"),
+                      "energy_j_per_output_token": best.get("energy_j_per_output_token")})
     return pd.DataFrame(lines)
 
 
@@ -106,11 +107,13 @@ def show_serving(res: Results) -> None:
               "stops at the first load that misses: the next higher point measured does not meet it.")
     show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
                                           "input_shape": "request", "headline": "highest load meeting the SLO",
-                                          "cost_per_million": "cost per million output tokens"}))
+                                          "cost_per_million": "cost per million output tokens",
+                                          "energy_j_per_output_token": "J per output token"}))
     show_table(points, columns_for(res, {
         "machine": "machine", "engine": "engine", "model": "model", "input_shape": "request", "load_kind": "load",
         "load": "rate / users", "requests_per_s": "requests/s", "request_rate_achieved": "rate achieved",
         "output_tokens_per_s": "output tokens/s", "tokens_per_s_per_user": "tokens/s per user",
         "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms", "tpot_ms_p50": "TPOT p50 ms",
         "tpot_ms_p99": "TPOT p99 ms", "e2e_ms_p99": "e2e p99 ms", "error_rate": "error rate",
-        "goodput_requests_per_s": "goodput requests/s", "slo_met": "SLO met", "repeats": "repeats"}))
+        "goodput_requests_per_s": "goodput requests/s", "energy_j_per_output_token": "J per output token",
+        "slo_met": "SLO met", "repeats": "repeats"}))
