@@ -324,3 +324,28 @@ def test_a_point_records_its_device_energy_per_output_token_or_why_not(session, 
     with attached:
         pass
     assert attached.columns(10)["telemetry_note"].startswith("energy empty: attached to http://")
+
+
+def test_the_serving_tables_show_each_points_interval_across_repeats(session, folder, tmp_path, monkeypatch):
+    import math
+    from scipy import stats
+    from bench_core.summary import html as report_html
+    from bench_core import results
+    from bench_core.summary.load import load_results
+    from bench_core.summary.serving import serving_points, show_serving
+    rows = session.measure(serve_config(folder, concurrency=2, steps=3, warmup_steps=0, repeats=2))
+    results.write_run(tmp_path, rows[0]["run_id"], rows)
+    loaded = load_results([tmp_path])
+    point = serving_points(loaded).iloc[0]
+    assert point["repeats"] == 2
+    for figure in ("output_tokens_per_s", "ttft_ms_p50"):
+        a, b = (math.log(r[figure]) for r in rows)  # Student's t on the logs of the 2 repeats, by hand
+        half = stats.t.ppf(0.975, 1) * abs(a - b) / 2
+        assert (point[f"{figure}_low"], point[f"{figure}_high"]) == \
+            pytest.approx((math.exp((a + b) / 2 - half), math.exp((a + b) / 2 + half)))
+        assert point[f"{figure}_low"] <= point[figure] <= point[f"{figure}_high"]  # the median, inside
+    shown = []  # what the notebook would display (the HTML of each output), kept instead
+    monkeypatch.setattr(report_html, "display_obj", lambda obj: shown.append(getattr(obj, "data", "")))
+    show_serving.__wrapped__(loaded)
+    html = " ".join(str(part) for part in shown)
+    assert "TTFT p50, 95 % interval" in html and "disturbed repeats" in html
