@@ -349,3 +349,12 @@ def test_the_serving_tables_show_each_points_interval_across_repeats(session, fo
     show_serving.__wrapped__(loaded)
     html = " ".join(str(part) for part in shown)
     assert "TTFT p50, 95 % interval" in html and "disturbed repeats" in html
+
+
+def test_a_point_runs_where_an_event_loop_already_runs(session, folder):
+    import asyncio
+
+    async def in_a_notebook_kernel():  # a sweep runs each configuration inside the kernel's running loop
+        return session.measure(serve_config(folder, concurrency=1, steps=2, warmup_steps=0))
+    row = asyncio.run(in_a_notebook_kernel())[0]
+    assert row["status"] == "ok" and row["requests_ok"] == 2, row["message"]
