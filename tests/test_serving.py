@@ -320,6 +320,8 @@ def test_a_point_records_its_device_energy_per_output_token_or_why_not(session, 
         assert row["energy_j_per_output_token"] == pytest.approx(row["energy_j"] / row["output_tokens_total"])
     else:  # as a training row on this CPU: empty, and the reason
         assert row["energy_j_per_output_token"] is None and "energy empty:" in row["telemetry_note"]
+    # the started engine's processes, which NVML's process check counts as the work, not as others
+    assert any("transformers" in " ".join(psutil.Process(p).cmdline()) for p in session.server.pids())
     attached = PointEnergy("cpu", Server(session.server.url, session.engine, []))  # server_url: not sampled
     with attached:
         pass
