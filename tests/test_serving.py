@@ -282,3 +282,81 @@ def test_server_metrics_are_read_from_the_prometheus_text_format():
     scraper.take(page)
     scraper.take(page.replace(" 3.0", " 0.0"))
     assert scraper.peaks == {"server_queue_max": 5.0, "server_kv_cache_max": 0.25}
+
+
+def test_a_shared_prefix_is_exactly_that_many_leading_tokens_and_the_row_says_so(session, folder):
+    from transformers import AutoTokenizer
+    from bench_core.results.disturbed import disturbances
+    cfg = serve_config(folder, prompt_len=12, shared_prefix_len=8, concurrency=2, steps=3, warmup_steps=0)
+    row = session.measure(cfg)[0]
+    assert row["status"] == "ok" and row["shared_prefix_len"] == 8
+    assert "shared-prefix(8 of 12 prompt tokens" in row["noise_flags"]
+    assert "shared-prefix" not in disturbances(row["noise_flags"])  # a note: the load asked for it
+    assert row["prompt_tokens_total"] == 12 * row["requests_ok"]  # the engine's own count
+    meta, records = read_records(Path(row["records_file"]))
+    assert meta["shared_prefix_len"] == 8
+    tokenizer = AutoTokenizer.from_pretrained(folder)  # the model folder's own tokenizer, as the server's
+    sent = [tokenizer(session.prompts.prompt(r.index, 12, 8), add_special_tokens=False)["input_ids"] for r in records]
+    assert all(len(ids) == 12 and ids[:8] == sent[0][:8] for ids in sent)
+    assert len({ids[8] for ids in sent}) == len(sent)  # the ninth token: each prompt's own from there
+
+
+def test_a_shared_prefix_must_leave_a_unique_token_and_zero_keeps_the_hash():
+    with pytest.raises(ConfigError, match=r"^shared_prefix_len: must be < prompt_len \(8\)"):
+        BenchConfig(**{**SMALL, "shared_prefix_len": 8})
+    with pytest.raises(ConfigError, match=r"^shared_prefix_len: must be >= 0"):
+        BenchConfig(**{**SMALL, "shared_prefix_len": -1})
+    assert BenchConfig(**SMALL).shared_prefix_len == 0
+    assert BenchConfig(**SMALL).config_hash() == BenchConfig(**SMALL, shared_prefix_len=0).config_hash() != \
+        BenchConfig(**SMALL, shared_prefix_len=4).config_hash()
+
+
+def test_a_point_records_its_device_energy_per_output_token_or_why_not(session, folder):
+    from bench_core.serving.energy import PointEnergy
+    from bench_core.serving.server import Server
+    row = session.measure(serve_config(folder, concurrency=2, steps=3, warmup_steps=0))[0]
+    assert row["status"] == "ok" and row["cpu_util_pct_mean"] > 0  # the sampler ran over the point
+    if row["energy_j"]:  # RAPL readable (or a GPU): joules over the ok requests' output tokens
+        assert row["energy_j_per_output_token"] == pytest.approx(row["energy_j"] / row["output_tokens_total"])
+    else:  # as a training row on this CPU: empty, and the reason
+        assert row["energy_j_per_output_token"] is None and "energy empty:" in row["telemetry_note"]
+    # the started engine's processes, which NVML's process check counts as the work, not as others
+    assert any("transformers" in " ".join(psutil.Process(p).cmdline()) for p in session.server.pids())
+    attached = PointEnergy("cpu", Server(session.server.url, session.engine, []))  # server_url: not sampled
+    with attached:
+        pass
+    assert attached.columns(10)["telemetry_note"].startswith("energy empty: attached to http://")
+
+
+def test_the_serving_tables_show_each_points_interval_across_repeats(session, folder, tmp_path, monkeypatch):
+    import math
+    from scipy import stats
+    from bench_core.summary import html as report_html
+    from bench_core import results
+    from bench_core.summary.load import load_results
+    from bench_core.summary.serving import serving_points, show_serving
+    rows = session.measure(serve_config(folder, concurrency=2, steps=3, warmup_steps=0, repeats=2))
+    results.write_run(tmp_path, rows[0]["run_id"], rows)
+    loaded = load_results([tmp_path])
+    point = serving_points(loaded).iloc[0]
+    assert point["repeats"] == 2
+    for figure in ("output_tokens_per_s", "ttft_ms_p50"):
+        a, b = (math.log(r[figure]) for r in rows)  # Student's t on the logs of the 2 repeats, by hand
+        half = stats.t.ppf(0.975, 1) * abs(a - b) / 2
+        assert (point[f"{figure}_low"], point[f"{figure}_high"]) == \
+            pytest.approx((math.exp((a + b) / 2 - half), math.exp((a + b) / 2 + half)))
+        assert point[f"{figure}_low"] <= point[figure] <= point[f"{figure}_high"]  # the median, inside
+    shown = []  # what the notebook would display (the HTML of each output), kept instead
+    monkeypatch.setattr(report_html, "display_obj", lambda obj: shown.append(getattr(obj, "data", "")))
+    show_serving.__wrapped__(loaded)
+    html = " ".join(str(part) for part in shown)
+    assert "TTFT p50, 95 % interval" in html and "disturbed repeats" in html
+
+
+def test_a_point_runs_where_an_event_loop_already_runs(session, folder):
+    import asyncio
+
+    async def in_a_notebook_kernel():  # a sweep runs each configuration inside the kernel's running loop
+        return session.measure(serve_config(folder, concurrency=1, steps=2, warmup_steps=0))
+    row = asyncio.run(in_a_notebook_kernel())[0]
+    assert row["status"] == "ok" and row["requests_ok"] == 2, row["message"]

@@ -468,3 +468,11 @@ def test_combine_ranks_keeps_per_device_meaning():
     assert out["window_peak_rss_bytes"] == 3 * 2**30  # the largest process, as peak memory is taken
     assert out["power_method"] == "nvml-instant"      # the weakest method any rank used
     assert out["throttle_reasons"] == "sw_power_cap;hw_slowdown" and out["telemetry_note"] == "a; b"
+
+
+def test_a_serving_engines_processes_on_the_device_are_the_work_not_others(monkeypatch, cuda_device):
+    # mode serve: the client holds no context; the engine it started (pid 4242) does, and 4343 is another's
+    device = gpu(UUID_A, "00000000:3B:00.0", pids=[4242, 4343])
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))
+    flags = sample(cuda_device(UUID_A), also_ours=lambda: {4242})["noise_flags"]
+    assert device_flags(flags) == "other-processes-on-device(pid 4343)"

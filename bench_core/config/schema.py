@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from bench_core.config.serve import SERVE_FIELDS, validate_serving
+from bench_core.config.serve import SERVE_FIELDS, check_shared_prefix, validate_serving
 from bench_core.config.values import as_bool, as_choice, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
@@ -33,7 +33,7 @@ HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_pe
                    "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames",
                    *SERVE_FIELDS)
 # Fields added later still whose default is not None: they count in the hash only when not at this default.
-HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none"}
+HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none", "shared_prefix_len": 0}
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -162,6 +162,10 @@ class BenchConfig:
         "mode serve: p99 time-per-output-token bound of the SLO, ms (default 30: MLPerf Llama-3.1-8B interactive)"))
     max_error_rate: float | None = field(default=None, metadata=_opt(
         "mode serve: stop a point when more than this fraction of its requests failed (default 0.5)"))
+    shared_prefix_len: int | None = field(default=None, metadata=_opt(
+        "mode serve: leading tokens every prompt of the run shares (a system prompt), the rest of each prompt "
+        "unique; 0 (default): every prompt starts differently, so no prefix cache answers it. Above 0 a warm "
+        "prefix cache may inflate throughput: the row says so in noise_flags (shared-prefix)"))
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -202,8 +206,8 @@ class BenchConfig:
             if values[name] is None:
                 values.pop(name)
         for name, default in HASHED_WHEN_NOT.items():
-            if values[name] == default:
-                values.pop(name)
+            if values.get(name, default) == default:
+                values.pop(name, None)
         blob = json.dumps(values, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -303,6 +307,7 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.denoise_steps = as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
     cfg.audio_frames = as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
+    check_shared_prefix(cfg)  # against prompt_len, which the model's check fills
 
 
 def check_spread_search(cfg: BenchConfig) -> None:

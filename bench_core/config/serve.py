@@ -9,9 +9,10 @@ from bench_core.errors import ConfigError
 
 SERVE_FIELDS = ("engine", "server_url", "served_model", "model_dir", "server_args", "endpoint", "concurrency",
                 "request_rate", "burstiness", "request_timeout_s", "server_timeout_s", "slo_ttft_ms", "slo_tpot_ms",
-                "max_error_rate")
+                "max_error_rate", "shared_prefix_len")
 SERVE_DEFAULTS = {"engine": "transformers", "endpoint": "completions", "burstiness": 1.0, "request_timeout_s": 120.0,
-                  "server_timeout_s": 600.0, "slo_ttft_ms": 500.0, "slo_tpot_ms": 30.0, "max_error_rate": 0.5}
+                  "server_timeout_s": 600.0, "slo_ttft_ms": 500.0, "slo_tpot_ms": 30.0, "max_error_rate": 0.5,
+                  "shared_prefix_len": 0}
 ENDPOINTS = ("completions", "chat")
 # Limits that catch a typo (a million users, a billion requests/s) rather than a real load.
 MAX_CONCURRENCY, MAX_REQUEST_RATE = 100_000, 1_000_000.0
@@ -51,3 +52,12 @@ def validate_serving(cfg) -> None:
     cfg.max_error_rate = as_float("max_error_rate", cfg.max_error_rate)
     if cfg.max_error_rate > 1:
         raise ConfigError("max_error_rate", f"must be a fraction in [0, 1], got {cfg.max_error_rate:g}")
+    cfg.shared_prefix_len = as_int("shared_prefix_len", cfg.shared_prefix_len, minimum=0)
+
+
+def check_shared_prefix(cfg) -> None:
+    """After the model has filled prompt_len: the shared prefix leaves at least one unique token."""
+    if cfg.mode == "serve" and cfg.shared_prefix_len >= cfg.prompt_len:
+        raise ConfigError("shared_prefix_len", f"must be < prompt_len ({cfg.prompt_len}): at least one token of each "
+                                               f"prompt stays unique; allowed: 0 to {cfg.prompt_len - 1}, got "
+                                               f"{cfg.shared_prefix_len}")

@@ -10,6 +10,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 # NVML clock-event (throttle) reason bits, from nvml.h; stable across driver versions.
 CLOCK_EVENT_REASONS = {
@@ -203,6 +204,8 @@ class NvmlDevice:
     unresolved_self: bool = False
     foreign_unresolved: int = 0                       # others seen when our pid is not in NVML's list
     energy_mj: list = field(default_factory=list)     # (t, mJ) at the first and last read
+    also_ours: Callable[[], set[int]] | None = None   # pids whose use of the device is the measured work
+                                                      # (a serving engine this process started)
 
     def query(self, name: str, read):
         if name in self.failed:
@@ -273,7 +276,7 @@ class NvmlDevice:
         return self.query("throttle_reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
 
     def _note_processes(self, pids: set[int]) -> None:
-        ours = own_pids()
+        ours = own_pids() | (self.also_ours() if self.also_ours else set())
         if pids & ours:
             self.foreign_pids |= pids - ours
         elif pids:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -29,10 +30,14 @@ class Sampler:
 
     The thread only reads counters (every `interval_s`); all arithmetic happens after the window.
     `thread_cpu_s` is the CPU time the sampling thread itself used (its cost, for the record).
+`also_ours` gives the pids whose use of the device is the measured work, not another process's
+(a serving engine this process started: mode serve measures it from the outside).
     """
 
-    def __init__(self, backend, interval_s: float | None = None, powercap_root: Path | str = RAPL_ROOT):
+    def __init__(self, backend, interval_s: float | None = None, powercap_root: Path | str = RAPL_ROOT,
+                 also_ours: Callable[[], set[int]] | None = None):
         self.backend = backend
+        self.also_ours = also_ours  # pids whose work on the device is the measured work (a serving engine's)
         self.device = backend.device
         self.interval_s = interval_s or (GPU_INTERVAL_S if self.device.type == "cuda" else CPU_INTERVAL_S)
         self.powercap_root = Path(powercap_root)
@@ -44,6 +49,8 @@ class Sampler:
     def __enter__(self) -> "Sampler":
         self._notes: list[str] = []
         self._gpu = open_gpu(self.device, self._notes)
+        if self._gpu and self.also_ours:
+            self._gpu.also_ours = self.also_ours
         self._rapl = open_rapl(self.device, self.powercap_root, self._notes)
         self._process = psutil.Process()
         self._rss_max = self._process.memory_info().rss

@@ -30,7 +30,7 @@ from bench_core.config.schema import BenchConfig
 #    the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training
 #    (parallelism, tp_degree, activation_checkpointing, mesh_shape, mixed_precision, warmup_losses,
 #    throughput_per_device, exposed_comm_share, exposed_comm_method); fp8: float8_linears, mfu_bf16_peak,
-#    peak_tflops_bf16
+#    peak_tflops_bf16; serve: shared_prefix_len, energy_j_per_output_token
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -220,6 +220,9 @@ _SERVING = [
                          "metrics: vLLM, SGLang, TGI); empty where the engine serves none"),
     ("server_running_max", "serve: most requests the server ran at once during the point (Prometheus)"),
     ("server_kv_cache_max", "serve: highest KV-cache use during the point, a fraction (Prometheus: vLLM, SGLang)"),
+    ("energy_j_per_output_token", "serve: energy_j / output_tokens_total: joules of the server's device (NVML on a "
+                                  "GPU; on a CPU the RAPL package, every process on it) per output token of the ok "
+                                  "requests, over the point (a server this process started; empty when attached)"),
     ("client_cpu_fraction", "serve: the client process's CPU seconds / serve_window_s (1 = one core busy)"),
     ("client_loop_lag_ms_p99", "serve: p99 of how late the client's event loop woke a 10 ms timer, ms"),
     ("client_saturated", "serve: client_cpu_fraction > 0.9 or client_loop_lag_ms_p99 > the limit: the client, not "

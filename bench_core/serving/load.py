@@ -15,6 +15,7 @@ The client must not be the bottleneck: the point's process CPU time and the even
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import random
 import time
 from dataclasses import dataclass, field
@@ -61,8 +62,16 @@ class PointResult:
 def run_point(load: Load, url: str, make_body: Callable[[int], tuple[dict, RequestRecord]],
               metrics_url: str = "") -> PointResult:
     """Send `load.requests` requests (`make_body(i)` gives request i's body and its empty record);
-    with `metrics_url`, scrape the server's Prometheus metrics meanwhile."""
-    return asyncio.run(_run(load, url, make_body, metrics_url))
+    with `metrics_url`, scrape the server's Prometheus metrics meanwhile.
+
+    Where an event loop already runs in this thread (a notebook kernel's: a sweep runs each
+    configuration inside one), the point runs on a thread of its own with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_run(load, url, make_body, metrics_url))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-serving-point") as pool:
+        return pool.submit(asyncio.run, _run(load, url, make_body, metrics_url)).result()
 
 
 async def _run(load: Load, url: str, make_body, metrics_url: str = "") -> PointResult:

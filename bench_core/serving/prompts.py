@@ -5,6 +5,10 @@ back to itself), so joining them gives text that encodes to exactly that many to
 starts with the digits of i written in that word alphabet: no two prompts of a run share their
 first tokens, so no prefix cache answers any of them (warm-up and every repeat take new
 numbers). The rest is drawn with a fixed seed. Each prompt is checked by encoding it again.
+
+Prefix reuse is asked for, never a side effect: with `shared` > 0 every prompt begins with the
+same `shared` tokens (drawn once from the seed: a system prompt), then its number, then its own
+draw, so exactly `shared` leading tokens are common to all of them.
 """
 from __future__ import annotations
 
@@ -27,13 +31,19 @@ class PromptMaker:
     def count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def prompt(self, index: int, length: int) -> str:
-        """The prompt of request `index`: exactly `length` tokens."""
+    def shared_prefix(self, length: int) -> list[str]:
+        """The `length` words every prompt of a run with prefix reuse starts with (same seed, same words)."""
+        rng = random.Random(-1 - self.seed)  # apart from every prompt's own draw (those seeds are >= 0)
+        return [rng.choice(self.words) for _ in range(length)]
+
+    def prompt(self, index: int, length: int, shared: int = 0) -> str:
+        """The prompt of request `index`: exactly `length` tokens, the first `shared` of them common
+        to every prompt (0 <= shared < length), the next spelling `index`."""
         base = len(self.words)
         rng = random.Random(self.seed * 1_000_003 + index)
-        head = [self.words[(index // base ** k) % base] for k in range(min(UNIQUE_PREFIX, length))]
-        tail = [rng.choice(self.words) for _ in range(length - len(head))]
-        text = "".join(head + tail)
+        head = [self.words[(index // base ** k) % base] for k in range(min(UNIQUE_PREFIX, length - shared))]
+        tail = [rng.choice(self.words) for _ in range(length - shared - len(head))]
+        text = "".join(self.shared_prefix(shared) + head + tail)
         got = self.count(text)
         if got != length:  # never seen with whole-word tokens; said rather than sent wrong
             raise ConfigError("prompt_len", f"could not make a prompt of exactly {length} tokens with this "

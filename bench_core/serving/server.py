@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from bench_core.errors import ConfigError
 from bench_core.serving.engines import Engine
@@ -35,6 +36,17 @@ class Server:
     def stop(self) -> int:
         """Stop the tree this process started (none when attached); how many processes were running."""
         return self.child.stop() if self.child else 0
+
+    def pids(self) -> set[int]:
+        """The process tree of a server this process started, as it is now (empty when attached):
+        its use of the device is the measured work, not another process's (measure/telemetry)."""
+        if not self.child:
+            return set()
+        root = self.child.proc.pid
+        try:
+            return {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}
+        except psutil.Error:
+            return {root}
 
     def log_tail(self, lines: int = TAIL_SHOWN) -> str:
         """The log's last lines on one line; the last line that says 'error' first, when it is

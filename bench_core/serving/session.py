@@ -23,6 +23,7 @@ from bench_core.measure.noise import flag_unstable_repeats
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.serving import metrics
 from bench_core.serving.client import ENDPOINTS, payload
+from bench_core.serving.energy import PointEnergy
 from bench_core.serving.engines import Engine, resolve_engine
 from bench_core.serving.load import Load, PointResult, run_point
 from bench_core.serving.model_folder import folder_for
@@ -75,7 +76,7 @@ class ServingSession:
 
     # -- requests ---------------------------------------------------------------------------
     def _body(self, cfg: BenchConfig, index: int) -> tuple[dict, RequestRecord]:
-        prompt = self.prompts.prompt(index, cfg.prompt_len)
+        prompt = self.prompts.prompt(index, cfg.prompt_len, cfg.shared_prefix_len or 0)
         body = payload(cfg.endpoint, self.model, prompt, cfg.new_tokens, self.engine.request_fields(cfg.new_tokens))
         return body, RequestRecord(index, cfg.prompt_len, cfg.new_tokens)
 
@@ -110,8 +111,9 @@ class ServingSession:
         try:
             for repeat in range(cfg.repeats):
                 self.say(f"serve: {describe_load(cfg)}: repeat {repeat + 1}/{cfg.repeats}")
-                result = self._point(cfg, cfg.steps, cfg.concurrency, cfg.request_rate)
-                rows.append(self.row(cfg, base, repeat, result))
+                with PointEnergy(cfg.device, self.server) as energy:
+                    result = self._point(cfg, cfg.steps, cfg.concurrency, cfg.request_rate)
+                rows.append(self.row(cfg, base, repeat, result, energy))
                 if result.stopped:
                     break
         except KeyboardInterrupt as exc:
@@ -128,18 +130,23 @@ class ServingSession:
                 "served_model_id": self.model, "server_startup_s": s.startup_s, "task": "causal-lm",
                 "input_shape": f"prompt {self.cfg.prompt_len} + {self.cfg.new_tokens} new tokens"}
 
-    def row(self, cfg: BenchConfig, base: dict, repeat: int, result: PointResult) -> dict:
+    def row(self, cfg: BenchConfig, base: dict, repeat: int, result: PointResult, energy: PointEnergy) -> dict:
         figures = metrics.figures(result.records, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
                                   client_cpu_s=result.client_cpu_s, loop_lag_ms=result.loop_lag_ms)
+        telemetry = energy.columns(figures["output_tokens_total"])
         path = records_dir() / base["run_id"] / f"records-{repeat}.json"
         meta = {"run_id": base["run_id"], "repeat": repeat, "load": describe_load(cfg),
                 "slo_ttft_ms": cfg.slo_ttft_ms, "slo_tpot_ms": cfg.slo_tpot_ms,
-                "client_cpu_s": result.client_cpu_s, "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
+                "shared_prefix_len": cfg.shared_prefix_len, "client_cpu_s": result.client_cpu_s,
+                "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
         write_records(path, result.records, meta)
-        flags = []
+        flags = [f for f in str(telemetry.pop("noise_flags", None) or "").split(";") if f]
         if figures["client_saturated"]:
             flags.append(f"client-saturated(cpu {figures['client_cpu_fraction'] or 0:.2f} of a core, loop lag p99 "
                          f"{figures['client_loop_lag_ms_p99'] or 0:.1f} ms)")
+        if cfg.shared_prefix_len:  # a note, not a disturbance: the load asked for it
+            flags.append(f"shared-prefix({cfg.shared_prefix_len} of {cfg.prompt_len} prompt tokens common to every "
+                         "request: a warm prefix cache may inflate throughput and shorten TTFT)")
         status, message = "ok", ""
         if result.stopped:
             status, message = "error", result.stopped
@@ -149,7 +156,7 @@ class ServingSession:
         rate = figures["output_tokens_per_s"]
         price = cfg.price_per_hour
         return finish_row({
-            **base, **figures, **result.server, "repeat": repeat, "status": status, "message": message,
+            **base, **figures, **result.server, **telemetry, "repeat": repeat, "status": status, "message": message,
             "records_file": str(path), "samples_per_s": figures["requests_per_s"], "sample_unit": "requests/s",
             "throughput": rate, "throughput_unit": THROUGHPUT_UNIT, "tokens_per_s": rate,
             "timed_s": figures["serve_window_s"], "timed_steps": figures["requests_sent"],

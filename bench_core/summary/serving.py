@@ -1,26 +1,54 @@
 """The report's Serving section: mode serve rows (bench_core/serving), each load point the median
-of its repeats, in their own units: output tokens/s of the server against p99 latency, tokens/s
-per user against tokens/s per GPU, the TTFT and TPOT percentiles of each point, and the highest
-load meeting the SLO per machine, engine and model (serving.slo, on the measured points).
+of its repeats with a 95 % interval across them, in their own units: output tokens/s of the server
+against p99 latency, tokens/s per user against tokens/s per GPU, the TTFT and TPOT percentiles of
+each point, and the highest load meeting the SLO per machine, engine and model (serving.slo, on
+the measured points).
+
+The interval is the Method's: Student's t on the logs of the repeats' values (results.comparison's
+t_quantile, CONFIDENCE and usable), exponentiated, so it is an interval of their geometric mean;
+with fewer than 2 usable repeats there is none. Repeats flagged as disturbed are counted beside it.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
+from bench_core.results.comparison import CONFIDENCE, t_quantile, usable
 from bench_core.serving.slo import highest_meeting
 from bench_core.summary.html import columns_for, note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
+from bench_core.summary.tables import disturbed_marks, flag_disturbed
 from bench_core.summary.text import is_present, num_text
 
 FIGURES = ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_user", "ttft_ms_p50", "ttft_ms_p90",
            "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p99", "error_rate",
-           "request_rate_achieved", "goodput_requests_per_s", "cost_per_million")
+           "request_rate_achieved", "goodput_requests_per_s", "cost_per_million", "energy_j_per_output_token")
 POINT = ("machine", "engine", "model", "input_shape", "load_kind", "load")
+# The figures whose spread across repeats the points table shows.
+WITH_INTERVAL = ("output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p99")
+
+
+def interval(values) -> tuple[float, float]:
+    """The 95 % t-interval of the repeats' geometric mean (the Method's, on logs); NaN with fewer
+    than 2 usable (finite, positive) values."""
+    logs = np.log(usable(values))
+    if len(logs) < 2:
+        return math.nan, math.nan
+    half = t_quantile(0.5 + CONFIDENCE / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
+    return math.exp(logs.mean() - half), math.exp(logs.mean() + half)
+
+
+def interval_text(low, high) -> str:
+    return f"{num_text(low)} – {num_text(high)}" if is_present(low) and is_present(high) else ""
 
 
 def serving_points(res: Results) -> pd.DataFrame:
     """One line per measured point (machine, engine, model, shape, load): medians over the ok
-    repeats; slo_met only when every repeat met it; the bounds the rows were judged by."""
+    repeats, the 95 % interval of WITH_INTERVAL's figures (<figure>_low, <figure>_high); slo_met
+    only when every repeat met it; the repeats and how many were disturbed; the bounds the rows
+    were judged by."""
     rows = res.ok
     rows = rows[rows["mode"] == "serve"] if "mode" in rows else rows.iloc[0:0]
     if rows.empty:
@@ -30,11 +58,15 @@ def serving_points(res: Results) -> pd.DataFrame:
         load=[float(r) if is_present(r) else float(c) for r, c in zip(rows["request_rate"], rows["concurrency"])],
         engine=rows["engine"].fillna("?"))
     numeric = {c: pd.to_numeric(rows[c], errors="coerce") for c in FIGURES if c in rows}
-    rows = rows.assign(**numeric, slo_met=rows["slo_met"].astype(str).str.lower() == "true")
+    rows = flag_disturbed(rows.assign(**numeric, slo_met=rows["slo_met"].astype(str).str.lower() == "true"))
     grouped = rows.groupby(list(POINT), sort=True, dropna=False)
     table = grouped[[c for c in FIGURES if c in rows]].median()
+    for figure in WITH_INTERVAL:
+        bounds = [interval(group) for _, group in grouped[figure]] if figure in rows else [(math.nan,) * 2] * len(table)
+        table[f"{figure}_low"], table[f"{figure}_high"] = [b[0] for b in bounds], [b[1] for b in bounds]
     table["slo_met"] = grouped["slo_met"].all()
     table["repeats"] = grouped.size()
+    table["disturbed"] = grouped["_disturbed"].sum()
     for bound in ("slo_ttft_ms", "slo_tpot_ms"):
         table[bound] = grouped[bound].first().astype(float)
     return table.reset_index()
@@ -52,7 +84,8 @@ def slo_answers(points: pd.DataFrame) -> pd.DataFrame:
         best = answer.best or {}
         lines.append({"machine": key[0], "engine": key[1], "model": key[2], "input_shape": key[3],
                       "headline": answer.headline(ttft, tpot),
-                      "cost_per_million": best.get("cost_per_million")})
+                      "cost_per_million": best.get("cost_per_million"),
+                      "energy_j_per_output_token": best.get("energy_j_per_output_token")})
     return pd.DataFrame(lines)
 
 
@@ -106,11 +139,24 @@ def show_serving(res: Results) -> None:
               "stops at the first load that misses: the next higher point measured does not meet it.")
     show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
                                           "input_shape": "request", "headline": "highest load meeting the SLO",
-                                          "cost_per_million": "cost per million output tokens"}))
+                                          "cost_per_million": "cost per million output tokens",
+                                          "energy_j_per_output_token": "J per output token"}))
+    paragraph(f"Each point: the median of its repeats, and for output tokens/s, TTFT and TPOT the "
+              f"{CONFIDENCE * 100:.0f} % interval across them (Student's t on the logs of the repeats' values, as the "
+              "Method section compares throughputs; none with one repeat). A wide interval says the repeats "
+              "disagree: measure more of them, on a quiet machine.")
+    points = points.assign(
+        disturbed_repeats=disturbed_marks(points),
+        **{f"{f}_ci": [interval_text(lo, hi) for lo, hi in zip(points[f"{f}_low"], points[f"{f}_high"])]
+           for f in WITH_INTERVAL})
+    ci = f"{CONFIDENCE * 100:.0f} % interval"
     show_table(points, columns_for(res, {
         "machine": "machine", "engine": "engine", "model": "model", "input_shape": "request", "load_kind": "load",
         "load": "rate / users", "requests_per_s": "requests/s", "request_rate_achieved": "rate achieved",
-        "output_tokens_per_s": "output tokens/s", "tokens_per_s_per_user": "tokens/s per user",
-        "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms", "tpot_ms_p50": "TPOT p50 ms",
-        "tpot_ms_p99": "TPOT p99 ms", "e2e_ms_p99": "e2e p99 ms", "error_rate": "error rate",
-        "goodput_requests_per_s": "goodput requests/s", "slo_met": "SLO met", "repeats": "repeats"}))
+        "output_tokens_per_s": "output tokens/s", "output_tokens_per_s_ci": f"output tokens/s, {ci}",
+        "tokens_per_s_per_user": "tokens/s per user", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p50_ci": f"TTFT p50, {ci}",
+        "ttft_ms_p99": "TTFT p99 ms", "ttft_ms_p99_ci": f"TTFT p99, {ci}", "tpot_ms_p50": "TPOT p50 ms",
+        "tpot_ms_p99": "TPOT p99 ms", "tpot_ms_p99_ci": f"TPOT p99, {ci}", "e2e_ms_p99": "e2e p99 ms",
+        "error_rate": "error rate",
+        "goodput_requests_per_s": "goodput requests/s", "energy_j_per_output_token": "J per output token",
+        "slo_met": "SLO met", "repeats": "repeats", "disturbed_repeats": "disturbed repeats"}))
