@@ -13,16 +13,20 @@ produced) and `--use-legacy-max-tokens` (transformers serve answers 422 to
 Rounds alternate the order (ours then AIPerf, then AIPerf then ours, ...) so a drift of the
 machine falls on both. Prints each run, the median of each client and the ratio of the medians
 (ours / AIPerf): the issue's check is that both ratios lie within 15 % of 1. Run it on a quiet
-machine: both clients share the cores with the server, and AIPerf runs several processes.
+machine: both clients share the cores with the server, and AIPerf runs several processes. On a
+machine of few cores, `--server-cpus 0` keeps the server on CPU 0 and both clients on the others
+(AIPerf's several processes otherwise take the server's cores and lengthen every request it times).
 
     .venv/bin/python benchmarks/serving_vs_aiperf.py --runs 5 --concurrency 4 --requests 20 \\
-        --prompt-len 64 --new-tokens 32 --warmup 4 [--aiperf /tmp/cmpvenv/bin/aiperf] [--out DIR]
+        --prompt-len 64 --new-tokens 32 --warmup 4 [--server-cpus 0] [--aiperf /tmp/cmpvenv/bin/aiperf] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+
+import psutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -86,6 +90,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--aiperf", default="/tmp/cmpvenv/bin/aiperf", help="the aiperf program (its own venv)")
     parser.add_argument("--out", type=Path, default=None, help="records and AIPerf artifacts (default: a temp dir)")
+    parser.add_argument("--server-cpus", default=None, help="CPUs for the server (e.g. 0 or 0,1); the clients get "
+                                                            "the others (default: all share all)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="serving-vs-aiperf-"))
     os.environ["BENCH_SERVING_DIR"] = str(out / "ours")  # our per-request records and the server's log
@@ -96,6 +102,8 @@ def main() -> None:
     results = []
     with open_server(cfg, progress=print) as session:
         print(f"server: {session.server.url} ({session.engine.name} {session.server.version}), model {folder}")
+        if args.server_cpus is not None:
+            pin(session.server.pids(), {int(c) for c in args.server_cpus.split(",")})
         for round_ in range(args.runs):
             order = ("ours", "aiperf") if round_ % 2 == 0 else ("aiperf", "ours")
             for client in order:
@@ -109,6 +117,18 @@ def main() -> None:
                       f"output {result['output_tokens_per_s']:8.2f} tokens/s")
     print_table(results)
     print(f"records and artifacts: {out}")
+
+
+def pin(server_pids: set[int], server_cpus: set[int]) -> None:
+    """The server's processes on server_cpus; this process (our client, and AIPerf, started after) on the rest."""
+    clients = set(os.sched_getaffinity(0)) - server_cpus
+    if not clients:
+        raise SystemExit(f"--server-cpus {sorted(server_cpus)} leaves no CPU for the clients")
+    for pid in server_pids:
+        for thread in psutil.Process(pid).threads():  # every thread: torch's pool is already started
+            os.sched_setaffinity(thread.id, server_cpus)
+    os.sched_setaffinity(0, clients)
+    print(f"server on CPU(s) {sorted(server_cpus)}, clients on {sorted(clients)}")
 
 
 def print_table(results: list[dict]) -> None:
