@@ -2,6 +2,7 @@
 import collections
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,13 @@ def cpu_hog():
     finally:
         busy.kill()
         busy.wait()
+
+
+def sigint_at_default() -> None:
+    """preexec_fn of a child that takes Ctrl-C as a terminal's foreground command does: with SIGINT at its
+    default. A suite started in the background (`make test &`, nohup) inherits SIGINT ignored, and Python
+    keeps an ignored SIGINT ignored, so the child would never see the test's SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from bench_core.config import BenchConfig, ConfigError
 from bench_core.config.sweepfile import SWEEP_KEYS
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep, parse_sweep
-from conftest import bench_here
+from conftest import bench_here, sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.waits  # a hung execution's timeout, a kernel's death: mostly waiting
@@ -39,12 +39,10 @@ def write_sweep(path: Path, grid, timeout_s=None, **settings) -> Path:
 
 
 def start_sweep(*args: str) -> subprocess.Popen:
-    """`bench sweep ARGS` as a terminal's foreground command starts: with Ctrl-C's SIGINT at its
-    default. A suite started in the background (`make test &`) inherits SIGINT ignored, and Python
-    keeps an ignored SIGINT ignored, so the sweep would never see the test's Ctrl-C."""
+    """`bench sweep ARGS` as a terminal's foreground command starts: with Ctrl-C's SIGINT at its default."""
     return subprocess.Popen([sys.executable, "-m", "bench_core", "sweep", *args, "--no-report"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # in the child only
+                            preexec_fn=sigint_at_default)
 
 
 def processes_in(folder: Path) -> list[psutil.Process]:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from bench_core import results
-from conftest import bench_here
+from conftest import bench_here, sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--device", "cpu"]
@@ -240,7 +240,7 @@ def test_a_signal_stops_a_process_stuck_in_one_long_torch_op_and_its_clean_up_ru
     clean-up runs (in bench run: the rows recorded), then the process ends with 128 + signal."""
     record = tmp_path / "record"
     proc = subprocess.Popen([sys.executable, "-c", STUCK_IN_ONE_OP, str(record)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
     try:
         wait_for_line(proc, "inside")
         busy_for(proc, 1.0)  # in the attention call
