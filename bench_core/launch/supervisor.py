@@ -99,6 +99,12 @@ class Child:
         return ChildOutcome(returncode=None if timed_out else self.proc.returncode, timed_out=timed_out,
                             seconds=time.perf_counter() - self.start, tail=list(self.tail), killed=killed)
 
+    def pids(self) -> set[int]:
+        """The child's process tree as it is now (the child, and what it started and still runs)."""
+        found: dict = {}
+        _remember_descendants(self.proc.pid, found)
+        return {self.proc.pid, *found}
+
     def stop(self) -> int:
         """Stop the child and everything it started; how many of them were still running."""
         killed = kill_tree(self.proc, self.seen)

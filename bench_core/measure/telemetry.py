@@ -30,8 +30,8 @@ class Sampler:
 
     The thread only reads counters (every `interval_s`); all arithmetic happens after the window.
     `thread_cpu_s` is the CPU time the sampling thread itself used (its cost, for the record).
-`also_ours` gives the pids whose use of the device is the measured work, not another process's
-(a serving engine this process started: mode serve measures it from the outside).
+    `also_ours` gives the pids whose use of the device is the measured work, not another process's
+    (a serving engine this process started: mode serve measures it from the outside).
     """
 
     def __init__(self, backend, interval_s: float | None = None, powercap_root: Path | str = RAPL_ROOT,

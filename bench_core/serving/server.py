@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from bench_core.errors import ConfigError
 from bench_core.serving.engines import Engine
@@ -40,13 +39,7 @@ class Server:
     def pids(self) -> set[int]:
         """The process tree of a server this process started, as it is now (empty when attached):
         its use of the device is the measured work, not another process's (measure/telemetry)."""
-        if not self.child:
-            return set()
-        root = self.child.proc.pid
-        try:
-            return {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}
-        except psutil.Error:
-            return {root}
+        return self.child.pids() if self.child else set()
 
     def log_tail(self, lines: int = TAIL_SHOWN) -> str:
         """The log's last lines on one line; the last line that says 'error' first, when it is
