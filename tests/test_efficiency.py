@@ -171,3 +171,70 @@ def test_conv_backward_counts_twice_the_forward_also_when_grouped(groups):
     with torch.no_grad():
         forward = flops.count_flops(lambda: conv(x)).flops
     assert flops.count_flops(lambda: conv(x).sum().backward()).flops == 3 * forward
+
+
+
+def mobilenet():
+    """MobileNet V3 as the benchmark builds it (depthwise convs), on 32 px images: (model, model ->
+    training output, model -> inference output, training output -> loss), as a workload has them."""
+    import torch
+
+    from bench_core import BenchConfig
+    from bench_core.workload.models import resolve_model
+    cfg = BenchConfig(model="mobilenet_v3_large", width=32, height=32, batch_size=2, device="cpu")
+    spec = resolve_model(cfg.model)
+    work = spec.task.make_workload(spec, cfg, torch.device("cpu"), torch.float32)
+    return spec.build(cfg), work.train_call, work.infer_call, work.loss
+
+
+def causal_lm():
+    """A one-block causal LM in nanoGPT's shape (torch's fused attention), at toy size: the text models'
+    attention path without transformers' import (3 s)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class TinyLM(nn.Module):
+        def __init__(self, vocab=100, width=32, heads=4):
+            super().__init__()
+            self.heads = heads
+            self.embed, self.norm, self.head = nn.Embedding(vocab, width), nn.LayerNorm(width), nn.Linear(width, vocab)
+            self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            b, t, c = x.shape
+            q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(self.norm(x)).split(c, dim=2))
+            x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c))
+            return self.head(x + self.mlp(x))
+    ids = torch.randint(0, 100, (2, 16))
+    return TinyLM(), lambda net: net(ids), lambda net: net(ids), \
+        lambda logits: F.cross_entropy(logits.flatten(0, 1), ids.flatten())
+
+
+@pytest.mark.parametrize("build", [mobilenet, causal_lm])
+def test_the_count_is_torchs_flop_counter_total_with_our_formula_fixes(build):
+    """count_flops counts in a dispatch mode of its own, without FlopCounterMode's module tracker: its
+    total is what torch's counter, given the same fixes, counts over the same training and inference
+    steps."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    net, train_call, infer_call, loss = build()
+
+    def train():
+        net.zero_grad(set_to_none=True)
+        loss(train_call(net)).backward()
+
+    def infer():
+        with torch.inference_mode():
+            infer_call(net)
+    for mode, step in (("train", train), ("infer", infer)):
+        net.train(mode == "train")
+        with FlopCounterMode(display=False, custom_mapping=flops.formula_fixes()) as torchs:
+            step()
+        counted = flops.count_flops(step)
+        assert counted.flops == torchs.get_total_flops() > 0, mode
+        if build is causal_lm:  # the CPU attention kernel, counted by our formula
+            assert counted.attention_kernels == ("flash (cpu)",), mode
+            assert torch.ops.aten._scaled_dot_product_flash_attention_for_cpu in torchs.get_flop_counts()["Global"]

@@ -1,6 +1,7 @@
-"""FLOPs per step (counted once, outside the timed window; 1 multiply-add = 2 FLOPs) and the
-dense peak FLOP/s that MFU divides by: for GPUs the datasheet table (measure/peaks.py), on CPU
-measured on the workload's kernel path, cached per machine by `bench peak`.
+"""FLOPs per step (counted once, outside the timed window, by torch's FlopCounterMode formulas in one
+dispatch mode that also notes the attention kernels and the bytes each op moves; 1 multiply-add =
+2 FLOPs) and the dense peak FLOP/s that MFU divides by: for GPUs the datasheet table
+(measure/peaks.py), on CPU measured on the workload's kernel path, cached per machine by `bench peak`.
 """
 from __future__ import annotations
 
@@ -54,36 +55,111 @@ class Counted:
 
 
 def count_flops(step: Callable[[], object]) -> Counted:
-    """FLOPs of one call of `step`, and which fused attention kernels it ran."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import FlopCounterMode
-    aten = torch.ops.aten
-    fixes = {aten.convolution_backward: _conv_backward_flop,
-             # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
-             aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
-             aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
-    from torch.utils._pytree import tree_leaves
-    from torch.utils.flop_counter import flop_registry
-    seen: set[str] = set()
-    moved = {True: 0, False: 0}  # op counts FLOPs -> bytes its inputs and outputs take
+    """FLOPs of one call of `step`, the fused attention kernels it ran and the bytes its ops move.
 
-    class Kernels(TorchDispatchMode):
+    Counted as torch's FlopCounterMode counts (its formulas, ours from `formula_fixes`, its
+    decompositions), without entering it: entered, it also tracks every module (forward hooks, and
+    hooks on the gradients of each module's tensors) to count per module, and only the total is read
+    here. One dispatch mode counts and records kernels and bytes, where two stacked modes did; it
+    tries a decomposition only for an op that has one, where the counter's mode tried (pushing itself
+    again) for every op.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+    counter = FlopCounterMode(display=False, custom_mapping=formula_fixes())  # the formulas and the total
+    with _counting_mode(counter) as mode:
+        step()
+    return Counted(counter.get_total_flops() or None, tuple(sorted(mode.kernels)), mode.moved[True],
+                   mode.moved[False])
+
+
+def formula_fixes() -> dict:
+    """Our formulas over torch's, by op (FlopCounterMode's custom_mapping)."""
+    import torch
+    aten = torch.ops.aten
+    return {aten.convolution_backward: _conv_backward_flop,
+            # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
+            aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
+
+
+def _counting_mode(counter):
+    """A dispatch mode that counts `counter`'s FLOPs as torch's own mode does (it is that mode, with
+    its higher-order ops), and records the fused attention kernels and the bytes each op moves.
+    What to do with an op is worked out the first time it comes, then looked up."""
+    import torch
+    from torch.utils.flop_counter import _FlopCounterMode, flop_registry
+    aten, composite = torch.ops.aten, torch._C.DispatchKey.CompositeImplicitAutograd
+    PASS, HIGHER_ORDER, DECOMPOSE, RUN = "pass", "higher-order", "decompose", "run"
+    # torch's mode passes these on (NotImplemented): size queries, from tensors with their own size policy
+    passed_on = {aten.sym_is_contiguous.default, aten.is_contiguous.default, aten.is_contiguous.memory_format,
+                 aten.is_strides_like_format.default, aten.is_non_overlapping_and_dense.default, aten.size.default,
+                 aten.sym_size.default, aten.stride.default, aten.sym_stride.default, aten.storage_offset.default,
+                 aten.sym_storage_offset.default, aten.numel.default, aten.sym_numel.default, aten.dim.default,
+                 torch.ops.prim.layout.default}
+
+    def tensor_bytes(values) -> int:
+        """Bytes of the tensors in an op's arguments or outputs (tensors, lists and tuples of them)."""
+        total = 0
+        for x in values:
+            if isinstance(x, torch.Tensor):
+                total += x.numel() * x.element_size()
+            elif isinstance(x, (list, tuple)):
+                total += tensor_bytes(x)
+            elif isinstance(x, dict):
+                total += tensor_bytes(x.values())
+        return total
+
+    class Counting(_FlopCounterMode):
+        def __init__(self):
+            super().__init__(counter)
+            self.kernels: set[str] = set()
+            self.moved = {True: 0, False: 0}  # op counts FLOPs -> bytes its inputs and outputs take
+            self.plans: dict = {}  # op -> what to do with it: one dict lookup per op
+
+        def plan(self, func) -> tuple:
+            """(how: pass on, higher-order, decompose first or run; its attention kernel's name; its
+            bytes are FLOP ops' (True) or others' (False), or it moves none (None: a view); it has a
+            formula), decided in the order torch's mode decides."""
+            if func in passed_on:
+                return PASS, None, None, False
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                return HIGHER_ORDER, None, None, False
+            packet = func._overloadpacket
+            # torch tries a decomposition for every op not in its registry (the registry is keyed by
+            # packet, so that is every op) but prim.device; there is one where the op has such a kernel.
+            decomposes = (func not in counter.flop_registry and func is not torch.ops.prim.device.default
+                          and (composite in func.py_kernels
+                               or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), composite)))
+            # FLOP ops' bytes by torch's registry alone, as counted so far: the CPU flash-attention
+            # kernels (formulas in formula_fixes only) move "other" bytes.
+            return (DECOMPOSE if decomposes else RUN, ATTENTION_KERNELS.get(packet.__name__),
+                    None if func.is_view else packet in flop_registry, packet in counter.flop_registry)
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func._overloadpacket.__name__
-            if name in ATTENTION_KERNELS:
-                seen.add(ATTENTION_KERNELS[name])
-            out = func(*args, **(kwargs or {}))
-            if not func.is_view:
-                packet = func._overloadpacket
-                moved[packet in flop_registry or func in fixes] += sum(
-                    x.numel() * x.element_size() for x in tree_leaves((args, kwargs, out)) if isinstance(x, torch.Tensor))
+            kwargs = kwargs if kwargs else {}
+            plan = self.plans.get(func)
+            if plan is None:
+                plan = self.plans[func] = self.plan(func)
+            how, kernel, bytes_of, has_formula = plan
+            if how is not RUN:
+                if how is PASS:
+                    return NotImplemented
+                if how is HIGHER_ORDER:
+                    return self._handle_higher_order_ops(func, types, args, kwargs)
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            if kernel:
+                self.kernels.add(kernel)
+            out = func(*args, **kwargs)
+            if bytes_of is not None:
+                self.moved[bytes_of] += tensor_bytes(args) + tensor_bytes(kwargs.values()) + tensor_bytes((out,))
+            if has_formula:
+                counter._count_flops(func._overloadpacket, out, args, kwargs)
             return out
 
-    # Below the counter: it decomposes composite ops (SDPA under inference_mode) into the kernels seen here.
-    with Kernels(), FlopCounterMode(display=False, custom_mapping=fixes) as counter:
-        step()
-    return Counted(counter.get_total_flops() or None, tuple(sorted(seen)), moved[True], moved[False])
+    return Counting()
 
 
 def _attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
