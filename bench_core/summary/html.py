@@ -162,13 +162,39 @@ def show_figure(fig, alt: str) -> None:
     import matplotlib.pyplot as plt
     from IPython.display import display
     png, svg = io.BytesIO(), io.StringIO()
-    fig.savefig(png, format="png", dpi=DISPLAY_DPI * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
-    fig.savefig(svg, format="svg", bbox_inches="tight", facecolor="white")
+    png_box, svg_box = tight_boxes(fig, DISPLAY_DPI * PIXEL_RATIO)
+    fig.savefig(png, format="png", dpi=DISPLAY_DPI * PIXEL_RATIO, bbox_inches=png_box, facecolor="white")
+    fig.savefig(svg, format="svg", bbox_inches=svg_box, facecolor="white")
     plt.close(fig)
     png = png.getvalue()
     width_px = int.from_bytes(png[16:20], "big") // PIXEL_RATIO  # the PNG IHDR chunk holds the width
     display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": svg.getvalue(), "text/plain": alt},
             metadata={"image/png": {"width": width_px}}, raw=True)
+
+
+def tight_boxes(fig, png_dpi: float) -> tuple:
+    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG, from one layout.
+
+    savefig lays the figure out again for each file (a draw that renders nothing, then the box around
+    every artist), and always when the figure has a layout engine, as tight_layout leaves a placeholder
+    one. Here it is laid out once, at the PNG's dpi; each box is measured with its own format's text
+    metrics (an SVG box from the PNG's would be up to 3 pt off); saved with its box and no engine, each
+    file is drawn once."""
+    import matplotlib
+    from matplotlib.backends.backend_svg import RendererSVG
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    shown_dpi = fig.dpi
+    try:
+        fig.dpi = png_dpi
+        fig.draw_without_rendering()
+        png_box = fig.get_tightbbox().padded(pad)
+        fig.dpi = 72  # an SVG is drawn in points
+        width, height = fig.get_size_inches() * 72
+        svg_box = fig.get_tightbbox(RendererSVG(width, height, io.StringIO())).padded(pad)
+    finally:
+        fig.dpi = shown_dpi
+    fig.set_layout_engine(None)
+    return png_box, svg_box
 
 
 def section(func):
