@@ -173,20 +173,20 @@ def show_figure(fig, alt: str) -> None:
 
 
 def tight_boxes(fig, png_dpi: float) -> tuple:
-    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG, from one layout.
+    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG.
 
-    savefig lays the figure out again for each file (a draw that renders nothing, then the box around
-    every artist), and always when the figure has a layout engine, as tight_layout leaves a placeholder
-    one. Here it is laid out once, at the PNG's dpi; each box is measured with its own format's text
-    metrics (an SVG box from the PNG's would be up to 3 pt off); saved with its box and no engine, each
-    file is drawn once."""
+    savefig measures its box anew for each file, after a draw that renders nothing (to place what is
+    placed at draw time), and makes that draw whenever the figure has a layout engine, even with a box
+    given: tight_layout leaves a placeholder one. Each box here is measured with its own format's text
+    metrics (an SVG box from the PNG's would be up to 3 pt off), without that draw: get_tightbbox places
+    ticks, titles, axis labels and legends itself (the same boxes to the last digit on every chart of
+    the report tests). Saved with its box and no engine, each file is drawn once."""
     import matplotlib
     from matplotlib.backends.backend_svg import RendererSVG
     pad = matplotlib.rcParams["savefig.pad_inches"]
     shown_dpi = fig.dpi
     try:
         fig.dpi = png_dpi
-        fig.draw_without_rendering()
         png_box = fig.get_tightbbox().padded(pad)
         fig.dpi = 72  # an SVG is drawn in points
         width, height = fig.get_size_inches() * 72
