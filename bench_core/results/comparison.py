@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 MIN_EFFECT = 0.02      # changes under 2 % are "no clear difference"
 CONFIDENCE = 0.95
@@ -118,7 +117,10 @@ class Comparison:
 
 def t_quantile(q: float, df: float) -> float:
     """Student's t quantile (scipy.stats.t.ppf), from scipy.special: importing scipy.stats took 0.4 s
-    of every report's start, scipy.special 0.1 s."""
+    of every report's start, scipy.special 0.1 s. Imported at the first interval (a lazy import:
+    0.27 s of CPU), not with this module: `bench report`'s own process imports it through the
+    summary package and never computes one (its kernel does)."""
+    from scipy import special
     return float(special.stdtrit(df, q))
 
 

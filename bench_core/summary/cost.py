@@ -15,6 +15,7 @@ from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
 from bench_core.summary.html import (
     note,
     paragraph,
+    seaborn,
     section,
     show_figure,
     show_table,
@@ -95,7 +96,7 @@ def option_text(point: pd.Series) -> str:
 @section
 def show_cost_frontier(res: Results) -> None:
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    sns = seaborn()
     points = cost_points(res)
     if points.empty:
         note("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "

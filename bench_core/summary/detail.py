@@ -17,6 +17,7 @@ from bench_core.summary.html import (
     note,
     ordered,
     paragraph,
+    seaborn,
     section,
     show_figure,
     show_html,
@@ -45,7 +46,7 @@ from bench_core.summary.text import is_present, num_text, wrap_text
 @section
 def show_step_times(res: Results) -> None:
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    sns = seaborn()
     steps = step_times_long(res)
     if steps.empty:
         note("No per-step times in these rows (the step_times_ms column is empty or absent).")

@@ -13,6 +13,7 @@ from bench_core.errors import ConfigError
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import spec
+from bench_core.summary.charts import drop_blank_minor_ticks
 from bench_core.summary.html import note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
 
@@ -57,6 +58,7 @@ def _chart(table: pd.DataFrame) -> None:
         unit = group["sample_unit"].dropna().iloc[0] if group["sample_unit"].notna().any() else "samples/s"
         ax.set_xlabel(unit)
         ax.set_title(f"{model} {mode} {precision}, batch {batch}", fontsize=10, loc="right")
+        drop_blank_minor_ticks(ax.xaxis)
     axes[0, 0].legend(loc="lower left", bbox_to_anchor=(0, 1.08), ncols=2, fontsize=8, frameon=False)
     fig.tight_layout()
     show_figure(fig, "Measured throughput (solid) beside predicted throughput of GPUs not measured (hatched, with "

@@ -13,6 +13,7 @@ from bench_core.summary.html import (
     label_columns,
     note,
     paragraph,
+    seaborn,
     section,
     show_figure,
     show_table,
@@ -113,7 +114,7 @@ def marks(table: pd.DataFrame) -> dict:
 def show_generation_chart(table: pd.DataFrame) -> None:
     """Decode tokens/s (left) and time to first token (right) against batch size, a line per model."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    sns = seaborn()
     several = table["machine"].nunique() > 1
     table = table.assign(curve=[label + (f" · {m}" if several else "") for label, m in
                                 zip(label_columns(table, always=("precision",), never=("batch_size",)),

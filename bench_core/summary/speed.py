@@ -18,6 +18,7 @@ from bench_core.summary.html import (
     note,
     ordered,
     paragraph,
+    seaborn,
     section,
     show_figure,
     show_html,
@@ -243,7 +244,7 @@ def show_settings_effects(res: Results) -> None:
 @section
 def show_batch_curves(res: Results) -> None:
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    sns = seaborn()
     curves = batch_curves(res)
     if curves.empty:
         note("No batch-size curve: no workload ran at two or more batch sizes (params/batch-sweep.yaml does).")
