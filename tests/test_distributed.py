@@ -209,6 +209,9 @@ def test_slurm_times_gres_and_rendezvous_are_read_as_slurm_writes_them():
     from bench_core.launch import slurm
     assert [slurm.minutes(t) for t in ("30", "00:10:00", "1:30", "2-00:00:00", "1-12", "UNLIMITED")] == \
         [30, 10, 1.5, 2880, 2160, None]
+    # ExitCode is "code:signal": a task stopped by scancel or a requeue names the signal in its rows
+    assert [slurm.exit_text(c) for c in ("0:15", "1:0", "0:9", "0:99", None)] == \
+        ["exit 0:15, signal SIGTERM", "exit 1:0", "exit 0:9, signal SIGKILL", "exit 0:99, signal 99", "exit unknown"]
     assert [slurm.gpu_count(g) for g in ("(null)", "gpu:8", "gpu:a100:4(S:0-1),shard:8", "gpu:a:2,gpu:b:2")] == \
         [0, 8, 4, 4]
     env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "8",

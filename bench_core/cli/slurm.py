@@ -262,7 +262,7 @@ def settle(submitted, states: dict[str, dict[str, dict]], out_dir: Path) -> int:
                 log = job.log_dir / f"{job_id}_{index}.log"
                 node = fields.get("BatchHost")
                 record_missing(out_dir, execution.run_name, execution.configs, STATE_STATUS.get(state, "crashed"),
-                               f"SLURM job {job_id}_{index} ended {state or 'unknown'} (exit {fields.get('ExitCode')})"
+                               f"SLURM job {job_id}_{index} ended {state or 'unknown'} ({slurm.exit_text(fields.get('ExitCode'))})"
                                f" on {fields.get('NodeList')} before this configuration had rows; log: {log}",
                                {"host": node, "slurm_node": node, "slurm_job_id": job_id, "slurm_array_task_id": index,
                                 "slurm_exclusive": job.exclusive})

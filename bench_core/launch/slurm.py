@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -296,6 +297,19 @@ def array_tasks(job_id: str) -> dict[str, dict[str, str]] | None:
 
 def finished(state: str) -> bool:
     return state.split()[0] in FINISHED_STATES if state else True
+
+
+def exit_text(exit_code: str | None) -> str:
+    """scontrol's ExitCode ("code:signal") said in words: "exit 0:15, signal SIGTERM" (scancel, a requeue,
+    or the time limit sent SIGTERM, then SIGKILL once KillWait passed); "exit 1:0" as it is."""
+    number = (exit_code or "").partition(":")[2]
+    if not number.isdigit() or number == "0":
+        return f"exit {exit_code or 'unknown'}"
+    try:
+        name = signal.Signals(int(number)).name
+    except ValueError:
+        name = number
+    return f"exit {exit_code}, signal {name}"
 
 
 def _last_line(text: str) -> str:
