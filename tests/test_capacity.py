@@ -102,9 +102,9 @@ CAPPED_CHILD = textwrap.dedent("""
 
     search = find_max_batch(cfg, max_batch_size=64, start_batch_size=2)
     out = {"cap": cap, "search": search.to_dict()}
-    if search.largest_ok and search.first_failed:  # the same sizes again, after the search
+    if search.largest_ok and search.first_failed:  # the size to run, and the first that failed, after the search
         out["again"] = {str(b): run_benchmark(cfg.replace(batch_size=b))[0]["status"]
-                        for b in (search.largest_ok, search.first_failed)}
+                        for b in (search.batch_size, search.first_failed)}
     normal = cfg.replace(batch_size=2, steps=2, repeats=2)  # an ordinary run in the same process
     out["normal_run"] = [row["status"] for row in run_benchmark(normal)]
     print("RESULT " + json.dumps(out))
@@ -132,7 +132,11 @@ def test_find_batch_under_a_memory_cap_finds_the_edge_and_leaves_the_process_usa
         assert probe["status"] == ("ok" if probe["batch_size"] <= largest else "oom"), probe
     oom = [p for p in search["probes"] if p["status"] == "oom"]
     assert oom and all("allocate memory" in p["message"] for p in oom)
-    assert out["again"] == {str(largest): "ok", str(first_failed): "oom"}
+    # After the search the size it gives still runs and the edge still fails: the failed probes left nothing
+    # behind. (Not the largest size that fitted: it fits under the cap by less than one batch's step, so the
+    # few hundred KB of address space a process gains after it, a thread's stack or an allocator's cache,
+    # can tip it: once in about ten runs here, under AVX2-only dispatch.)
+    assert out["again"] == {str(search["batch_size"]): "ok", str(first_failed): "oom"}
     assert out["normal_run"] == ["ok", "ok"]
 
 
