@@ -173,7 +173,6 @@ def test_conv_backward_counts_twice_the_forward_also_when_grouped(groups):
     assert flops.count_flops(lambda: conv(x).sum().backward()).flops == 3 * forward
 
 
-
 def mobilenet():
     """MobileNet V3 as the benchmark builds it (depthwise convs), on 32 px images: (model, model ->
     training output, model -> inference output, training output -> loss), as a workload has them."""

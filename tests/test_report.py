@@ -505,6 +505,14 @@ def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+# Each cell's sort key (as DataTables sorts it) and its shown text, for one column of a table.
+SORT_KEYS_JS = """async ([table, column]) => {
+    const { jQuery: $ } = await window[Object.keys(window).find(k => /^_itables_[0-9_]+$/.test(k))];
+    const cells = $(table).DataTable().cells(null, column);
+    return [cells.render("sort").toArray(), cells.render("display").toArray()];
+}"""
+
+
 @pytest.mark.slow
 def test_report_works_offline_in_a_real_browser_and_its_tables_sort(combined):
     _browser_or_skip()
@@ -586,14 +594,6 @@ def test_report_reads_without_javascript(combined):
         cells = headline.locator(f"tbody tr td:nth-child({headers.index('images/s (median)') + 1})").all_inner_texts()
         assert cells and all(_number(c) > 0 for c in cells), cells
         assert page.locator("img:visible").count() >= 3  # the charts are images: they need no script
-
-
-# Each cell's sort key (as DataTables sorts it) and its shown text, for one column of a table.
-SORT_KEYS_JS = """async ([table, column]) => {
-    const { jQuery: $ } = await window[Object.keys(window).find(k => /^_itables_[0-9_]+$/.test(k))];
-    const cells = $(table).DataTable().cells(null, column);
-    return [cells.render("sort").toArray(), cells.render("display").toArray()];
-}"""
 
 
 def _number(text: str) -> float:

@@ -261,8 +261,9 @@ def settle(submitted, states: dict[str, dict[str, dict]], out_dir: Path) -> int:
                 ranks_done(out_dir / "runs" / execution.run_name, deadline)
                 log = job.log_dir / f"{job_id}_{index}.log"
                 node = fields.get("BatchHost")
+                ended = f"{state or 'unknown'} ({slurm.exit_text(fields.get('ExitCode'))})"
                 record_missing(out_dir, execution.run_name, execution.configs, STATE_STATUS.get(state, "crashed"),
-                               f"SLURM job {job_id}_{index} ended {state or 'unknown'} ({slurm.exit_text(fields.get('ExitCode'))})"
+                               f"SLURM job {job_id}_{index} ended {ended}"
                                f" on {fields.get('NodeList')} before this configuration had rows; log: {log}",
                                {"host": node, "slurm_node": node, "slurm_job_id": job_id, "slurm_array_task_id": index,
                                 "slurm_exclusive": job.exclusive})
