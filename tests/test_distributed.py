@@ -26,17 +26,16 @@ from conftest import tiny
 _EARLIER_CHILDREN: set[int] = set()
 
 
-@pytest.fixture(autouse=True)
-def _children_before_the_test():
-    """This worker's children before the test: not the test's. Another file's test may have left one that lives
-    as long as the worker by design (multiprocessing's resource tracker, started by a spawn-context Process)."""
-    _EARLIER_CHILDREN.clear()
+@pytest.fixture(scope="module", autouse=True)
+def _children_before_this_file():
+    """This worker's children before this file's first fixture (autouse: before ddp_run's launch): not this
+    file's. Another file's test may have left one that lives as long as the worker by design
+    (multiprocessing's resource tracker, started by a spawn-context Process)."""
     _EARLIER_CHILDREN.update(p.pid for p in psutil.Process().children(recursive=True))
-    yield
 
 
 def _leftovers(marker) -> list:
-    """Processes still alive that belong to this test: children of pytest it started, or anything
+    """Processes still alive that belong to this test: children of pytest this file started, or anything
     whose command line names the test's folder (torchrun workers run in their own sessions)."""
     found = [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.pid not in _EARLIER_CHILDREN]
     for p in psutil.process_iter(["cmdline"]):
