@@ -152,7 +152,7 @@ def mfu_ok(rows: list[dict]) -> tuple[bool, str]:
 
 # -- GPUs: in child processes ------------------------------------------------------------------
 
-def gpu_checks(checklist: Checklist) -> None:
+def gpu_checks(checklist: Checklist, quick: bool = False) -> None:
     import torch
     checklist.say("GPU checks")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0  # no context: counts only
@@ -165,7 +165,10 @@ def gpu_checks(checklist: Checklist) -> None:
             checklist.add(name, SKIPPED, why)
         return
     started = time.perf_counter()
-    results = _run_gpu_children(count)
+    results = _run_gpu_children(count, quick)
+    if quick:
+        checklist.add("compile=default with the other precisions", SKIPPED,
+                      f"--quick compiles one precision ({mixed_precision()}), not all {len(PRECISIONS)}")
     for index in range(count):
         device_checks(checklist, f"cuda:{index}", results.get(index), time.perf_counter() - started)
     checklist.run("largest-batch search (cuda:0, resnet18 32 px, each probe a fresh process)", _batch_search)
@@ -177,23 +180,26 @@ def gpu_checks(checklist: Checklist) -> None:
     checklist.run("nccl all-reduce result (2 processes)", _allreduce)
 
 
-def gpu_configs(device: str, first: bool) -> list[dict]:
+def gpu_configs(device: str, first: bool, quick: bool = False) -> list[dict]:
     """Every precision compile off; compiled too on the first GPU (compilation is per process and
-    costs the most time: the other GPUs run the same code). Not fp8: it trains transformers only."""
-    modes = COMPILE_MODES if first else ("off",)
-    return [{**TINY, "device": device, "mode": "train", "precision": p, "compile": c} for c in modes for p in PRECISIONS
-            if not PRECISIONS[p].float8_recipe] + \
-        [{**TINY, "device": device, "mode": "infer", "precision": "amp-fp16"}]
+    costs the most time: the other GPUs run the same code), in every precision or, `quick`, in
+    the mixed precision the GPU runs. Not fp8: it trains transformers only."""
+    compiled = (mixed_precision(int(device.partition(":")[2] or 0)),) if quick else PRECISIONS
+    configs = [{**TINY, "device": device, "mode": "train", "precision": p, "compile": "off"} for p in PRECISIONS]
+    if first:
+        configs += [{**TINY, "device": device, "mode": "train", "precision": p, "compile": "default"}
+                    for p in compiled]
+    return configs + [{**TINY, "device": device, "mode": "infer", "precision": "amp-fp16"}]
 
 
-def _run_gpu_children(count: int) -> dict[int, dict]:
+def _run_gpu_children(count: int, quick: bool = False) -> dict[int, dict]:
     """One child per GPU, in parallel; each runs its configurations and writes what it saw."""
     folder = Path(tempfile.mkdtemp(prefix="bench-selftest-"))
     children = {}
     try:
         for index in range(count):
             spec = folder / f"gpu{index}.json"
-            spec.write_text(json.dumps(gpu_configs(f"cuda:{index}", first=index == 0)))
+            spec.write_text(json.dumps(gpu_configs(f"cuda:{index}", first=index == 0, quick=quick)))
             children[index] = Child(python_command("-m", "bench_core.scenarios.selftest", "runs", str(spec),
                                                    str(folder / f"gpu{index}-out.json")),
                                     log_path=folder / f"gpu{index}.log")
