@@ -290,6 +290,7 @@ class NvmlDevice:
         powers = [w for _, w in self.power_w]
         cols = {
             "power_w_mean": mean_or_none(powers), "power_w_max": max(powers, default=None),
+            "power_w_sampled": mean_or_none(powers),
             "power_method": _sampled_power_method(self.power_sources),
             "gpu_util_pct_mean": mean_or_none(self.util_pct),
             "sm_clock_mhz_mean": mean_or_none(self.sm_mhz), "sm_clock_mhz_min": min(self.sm_mhz, default=None),
@@ -338,7 +339,7 @@ class NvmlDevice:
         other tenants' included. Not this workload's figures, so empty (and with them samples
         per joule and per watt); what the whole GPU drew stays in the note."""
         mean, energy = cols.pop("power_w_mean", None), cols.pop("energy_j", None)
-        for name in ("power_w_max", "energy_method", "power_method"):
+        for name in ("power_w_max", "power_w_sampled", "energy_method", "power_method"):
             cols.pop(name, None)
         seen = ", ".join(f for f in (None if mean is None else f"mean {mean:.0f} W",
                                       None if energy is None else f"{energy:.1f} J") if f)

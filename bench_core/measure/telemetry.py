@@ -184,7 +184,7 @@ def combine_ranks(per_rank: list[dict]) -> dict:
             seen += [p for p in str(v).split(sep) if p and p not in seen]
         return sep.join(seen) or None
 
-    out = {k: mean(k) for k in ("power_w_mean", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
+    out = {k: mean(k) for k in ("power_w_mean", "power_w_sampled", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
                                 "cpu_util_pct_mean")}
     out.update({k: max(values(k), default=None)
                 for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max", WINDOW_RSS_COLUMN)

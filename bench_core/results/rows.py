@@ -68,6 +68,9 @@ _MEASURED = [
                      "benchmark.py counts); empty when the model was never built"),
     ("timed_steps", "steps in the timed window"),
     ("timed_s", "wall seconds of the timed window (slowest rank)"),
+    ("timed_s_host", "the same window on the host clock, from just before its first mark to just after the final "
+                     "synchronize: on CUDA timed_s comes from device events, and the two agree to within the launch "
+                     "queue (bench acceptance checks 2 %)"),
     ("samples_per_s", "global batch x timed steps / timed seconds; a sample is what sample_unit says (an image, "
                       "a volume, a sequence, a recommendation example)"),
     ("sample_unit", "what samples_per_s counts: images/s, volumes/s, sequences/s, samples/s, utterances/s, or "
@@ -234,6 +237,9 @@ _EFFICIENCY = [
     ("power_w_mean", "mean power of one device over the window, W (NVML)"),
     ("power_w_max", "max power of one device over the window, W (NVML)"),
     ("energy_j", "energy of one device over the window, J"),
+    ("power_w_sampled", "mean of the power samples taken during the window, W (NVML power readings; RAPL has none): "
+                        "beside power_w_mean when that is the energy counter's, energy_j / timed_s, a check of "
+                        "one against the other"),
     ("energy_method", "nvml-counter | power-integration | rapl (empty when unknown)"),
     ("power_method", "what power_w_mean is: energy-counter (energy_j / window seconds) | nvml-instant (mean of "
                      "NVML_FI_DEV_POWER_INSTANT samples) | nvml-power-usage (nvmlDeviceGetPowerUsage samples: a 1 s "

@@ -98,11 +98,12 @@ def slowest(window: Window) -> Window:
     if context().world_size == 1:
         return window
     gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (window.seconds, window.step_s, window.inner_s, replicas.digest()))
+    dist.all_gather_object(gathered, (window.seconds, window.step_s, window.inner_s, replicas.digest(),
+                                      window.host_seconds))
     if replicas.model is not None:
         replicas.after.append([item[3] for item in gathered])
-    seconds, step_s, inner_s, _ = max(gathered, key=lambda item: item[0])
-    return Window(seconds=seconds, step_s=step_s, inner_s=inner_s)
+    seconds, step_s, inner_s, _, host_seconds = max(gathered, key=lambda item: item[0])
+    return Window(seconds=seconds, step_s=step_s, inner_s=inner_s, host_seconds=host_seconds)
 
 
 def least_over_ranks(value: int) -> int:

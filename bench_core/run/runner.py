@@ -377,7 +377,7 @@ def _throughput(cfg, task: Task, window: Window, global_batch: int, world_size: 
     samples = global_batch * window.steps
     seconds = window.seconds
     return {
-        "timed_steps": window.steps, "timed_s": seconds,
+        "timed_steps": window.steps, "timed_s": seconds, "timed_s_host": window.host_seconds,
         "samples_per_s": samples / seconds, "throughput": task.throughput(cfg, samples / seconds),
         "samples_per_s_per_device": samples / seconds / world_size,
         "throughput_per_device": task.throughput(cfg, samples / seconds) / world_size,

@@ -59,6 +59,10 @@ class Window:
     seconds: float
     step_s: list[float]
     inner_s: list[list[float]] = field(default_factory=list)
+    # The same window on the host clock: from just before the first mark to just after the final
+    # synchronize. On CUDA the marks are device events, so the two must agree to within the launch
+    # queue's depth; a gap says the events or the synchronization are wrong (None: not measured).
+    host_seconds: float | None = None
 
     @property
     def steps(self) -> int:
@@ -90,23 +94,25 @@ def timed_window(step: Callable[..., object], backend: Backend, min_steps: int, 
         clock.mark()
         per_step.append(inside[0])
 
+    host_start = time.perf_counter()
     if fixed_steps is not None:
         clock.mark()
         for _ in range(fixed_steps):
             one_step()
     else:
-        host_start = time.perf_counter()
         clock.mark()
         while len(per_step) < min_steps or time.perf_counter() - host_start < min_seconds:
             one_step()
-    marks = clock.seconds()  # syncs once on CUDA
+    backend.synchronize()
+    host_seconds = time.perf_counter() - host_start
+    marks = clock.seconds()
     step_s, inner_s, start = [], [], 0
     for count in per_step:
         end = start + count + 1
         step_s.append(marks[end] - marks[start])
         inner_s.append([t - marks[start] for t in marks[start + 1:end]])
         start = end
-    return Window(seconds=marks[-1], step_s=step_s, inner_s=inner_s)
+    return Window(seconds=marks[-1], step_s=step_s, inner_s=inner_s, host_seconds=host_seconds)
 
 
 def generation_columns(window: Window, global_batch: int, prompt_len: int | None, new_tokens: int) -> dict:
