@@ -15,7 +15,7 @@ LAB_ARGS ?=
 # Jupyter refuses to start as root (containers, cloud machines) unless told it is on purpose.
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: install test report report-png lab browser slurm clean help
+.PHONY: install test report report-png lab browser slurm clean help acceptance gpu-wheels
 help:
 	@echo "make report  - run the default sweep (CPU if no GPU) and write $(OUT)/report.html"
 	@echo "               (SWEEP=params/<name>.yaml for another sweep, into outputs/<name>; OUT=DIR elsewhere)"
@@ -27,6 +27,9 @@ help:
 	@echo "               PIP_ARGS=\"...\" goes to every pip install, e.g. PyTorch's CPU-only index:"
 	@echo "               PIP_ARGS=\"--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple\""
 	@echo "make report-png - after make report: docs/report.png, the README's picture, from $(OUT)/report.html"
+	@echo "make acceptance - every GPU (or CPU) path in a few minutes, a table of checks last -> outputs/acceptance"
+	@echo "make gpu-wheels - the wheels a lent GPU machine lacks (gpu/wheels.txt, Python 3.12) into .whl/;"
+	@echo "               there: bash gpu/acceptance.sh (docs/development.md, First light on a lent GPU)"
 	@echo "make clean   - remove $(VENV) and the outputs"
 
 $(BIN)/bench: pyproject.toml
@@ -64,6 +67,19 @@ report: install
 # (run `make report` first).
 report-png: install
 	$(BIN)/python -m bench_core.summary.screenshot $(OUT)/report.html docs/report.png --height 1500
+
+# `bench acceptance` here; on a machine where this checkout is not installed, `bash gpu/acceptance.sh`.
+acceptance: install
+	$(BIN)/bench acceptance
+
+# What a lent GPU machine's image lacks (gpu/wheels.txt), as Python 3.12 wheels for x86-64 Linux, into
+# .whl/ (git-ignored), carried with the device call.
+WHEEL_PLATFORMS := $(foreach n,39 35 34 31 28 27 26 24 17 5,--platform manylinux_2_$(n)_x86_64) \
+                   --platform manylinux2014_x86_64 --platform manylinux1_x86_64
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(WHEEL_PLATFORMS) -d .whl -r gpu/wheels.txt
+	@ls .whl/*.whl | wc -l; du -sh .whl
 
 # The lab extra once (again when pyproject.toml changes), not at every launch.
 $(BIN)/jupyter-lab: $(BIN)/bench

@@ -42,6 +42,8 @@ COMMANDS = {
     "compare": ("bench_core.cli.compare", "run two variants interleaved (A B A B) and give a verdict"),
     "diff": ("bench_core.cli.diff", "compare two result directories configuration by configuration; exit 1 on a regression"),
     "selftest": ("bench_core.cli.selftest", "check this machine's GPU (or CPU) paths with tiny runs: a pass/fail checklist"),
+    "acceptance": ("bench_core.cli.acceptance", "run every GPU (or CPU) path in a few minutes: sysinfo, a sweep of "
+                                                "every family, selftest, report, and a table of checks"),
     "predict": ("bench_core.cli.predict", "predict a GPU you have not measured from one you have, with the ceiling "
                                           "that binds and the model's error on published pairs"),
 }
