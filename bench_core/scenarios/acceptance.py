@@ -39,7 +39,7 @@ PUBLISHED_TOLERANCE = 0.15   # ResNet-50 amp training against lambdal's figure f
 LOSS_TOLERANCE = 0.02        # FSDP2's first loss against plain training's (bf16 parameters against autocast)
 # Shares of what is left of the budget when a step starts; the sweep gets the rest, less what the
 # steps after it are kept (so a sweep that runs long cannot starve them).
-RESERVED_AFTER_SWEEP_S = {"selftest": 100.0, "report": 40.0}
+RESERVED_AFTER_SWEEP_S = {"selftest": 120.0, "report": 30.0}
 
 
 @dataclass
