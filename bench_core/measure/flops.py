@@ -76,10 +76,22 @@ def formula_fixes() -> dict:
     """Our formulas over torch's, by op (FlopCounterMode's custom_mapping)."""
     import torch
     aten = torch.ops.aten
-    return {aten.convolution_backward: _conv_backward_flop,
-            # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
-            aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
+    fixes = {aten.convolution_backward: _conv_backward_flop,
+             # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
+             aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
+             aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
+    # The CUDA kernels, for grouped-query attention: transformers passes SDPA keys and values with
+    # fewer heads than the query (enable_gqa) on CUDA, and torch before 2.13 asserted equal heads in
+    # its formula (first light on an H200, torch 2.11: every Llama row failed "sdpa_flop_count:
+    # query/key/value shapes are incompatible"). Query, key and value (forward) or the output's
+    # gradient and them (backward) come first in each of these ops.
+    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention"):
+        for op, formula in ((getattr(aten, name, None), _attention_flop),
+                            (getattr(aten, f"{name}_backward", None), _attention_backward_flop)):
+            if op is not None:
+                fixes[op] = formula
+    return fixes
 
 
 def _counting_mode(counter):
@@ -162,15 +174,22 @@ def _counting_mode(counter):
     return Counting()
 
 
+def _query_heads(query_shape, *shapes) -> list:
+    """Key and value shapes with the query's head count: a grouped-query kernel broadcasts each key
+    and value head over its group of query heads, and computes as many products as with one per
+    query head. (batch, heads, sequence, head dim), as SDPA takes them."""
+    return [(s[0], query_shape[1], *s[2:]) if len(s) == 4 and len(query_shape) == 4 else s for s in shapes]
+
+
 def _attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     from torch.utils.flop_counter import sdpa_flop_count
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
+    return sdpa_flop_count(query_shape, *_query_heads(query_shape, key_shape, value_shape))
 
 
 def _attention_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
                              **kwargs) -> int:
     from torch.utils.flop_counter import sdpa_backward_flop_count
-    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, *_query_heads(query_shape, key_shape, value_shape))
 
 
 def _conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
