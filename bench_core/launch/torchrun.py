@@ -58,7 +58,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_core.devices import Backend, check_device_count, resolve_device
+from bench_core.devices import check_device_count, resolve_device
 from bench_core.errors import ConfigError
 from bench_core.launch.supervisor import ChildOutcome, supervise
 from bench_core.measure import environment
@@ -250,8 +250,6 @@ def _last_stderr_line(work: Path, local_rank: int) -> str | None:
 def _launcher_row(cfg, status: str, message: str) -> dict:
     """A failure row made by the launcher when no worker could make one."""
     device = resolve_device(cfg.device)
-    backend = Backend.for_device(device)
-    fields = {**run_fields(cfg), **environment.collect(device), "device_type": device.type,
-              "device_name": backend.device_name(), "device_count": backend.device_count(),
+    fields = {**run_fields(cfg), **environment.collect(device), **environment.device_columns(device),
               "dist_backend": "nccl" if device.type == "cuda" else "gloo"}
     return failure_row(fields, status, message)

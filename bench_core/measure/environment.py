@@ -14,6 +14,7 @@ import torch
 
 from bench_core import __version__
 from bench_core.capability import cpu_facts, cpu_model
+from bench_core.devices import Backend
 
 
 def _version(dist: str) -> str | None:
@@ -91,6 +92,13 @@ def slurm_job(environ=os.environ) -> dict:
             "slurm_node": environ.get("SLURMD_NODENAME") or socket.gethostname(),
             "slurm_restart_count": int(restarts) if restarts and restarts.isdigit() else 0,
             "slurm_exclusive": {"1": True, "0": False}.get(environ.get(SLURM_EXCLUSIVE_ENV, ""))}
+
+
+def device_columns(device: torch.device) -> dict:
+    """A row's device columns: its type, its name (the GPU's, or the CPU model) and how many of its
+    kind this host has."""
+    backend = Backend.for_device(device)
+    return {"device_type": device.type, "device_name": backend.device_name(), "device_count": backend.device_count()}
 
 
 def collect(device: torch.device | None = None) -> dict:

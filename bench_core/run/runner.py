@@ -121,8 +121,7 @@ class Session:
         self.backend = backend = Backend.for_device(device)
         self.precision = resolve_precision(cfg.precision)
         run.update(environment.collect(device))
-        run.update(device_type=device.type, device_name=backend.device_name(), device_count=backend.device_count(),
-                   world_size=ctx.world_size, dist_backend=ctx.backend or None)
+        run.update(**environment.device_columns(device), world_size=ctx.world_size, dist_backend=ctx.backend or None)
         found = backend.support(self.precision, cfg.mode)
         # A precision the device runs can still lack a kernel some of the task's ops need.
         task_reason = resolve_model(cfg.model).task.unsupported_precision(self.precision, device.type)

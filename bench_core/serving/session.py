@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench_core.config.schema import BenchConfig
+from bench_core.devices import resolve_device
 from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import environment
 from bench_core.measure.noise import flag_unstable_repeats
@@ -102,7 +103,7 @@ class ServingSession:
 
     def measure(self, cfg: BenchConfig) -> list[dict]:
         """`cfg.repeats` timed points of cfg's load on this server: one row each."""
-        base = {**run_fields(cfg), **environment.collect(), **self.identity()}
+        base = {**run_fields(cfg), **self.device_columns(cfg), **self.identity()}
         try:
             self.warm_up(cfg)
         except ServingFailed as exc:
@@ -123,6 +124,16 @@ class ServingSession:
             raise
         flag_unstable_repeats(rows)
         return rows
+
+    def device_columns(self, cfg: BenchConfig) -> dict:
+        """The environment and the device the server runs on: the configuration's, for a server this
+        process started (first light: serve rows on an H200 said no device at all, and the report
+        could not place them beside the other rows of the GPU); none for one attached by URL, whose
+        device this process cannot see."""
+        if not self.server.command:
+            return environment.collect()
+        device = resolve_device(cfg.device)
+        return {**environment.collect(device), **environment.device_columns(device)}
 
     def identity(self) -> dict:
         s = self.server
