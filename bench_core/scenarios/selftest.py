@@ -202,7 +202,7 @@ def _run_gpu_children(count: int, quick: bool = False) -> dict[int, dict]:
             spec.write_text(json.dumps(gpu_configs(f"cuda:{index}", first=index == 0, quick=quick)))
             children[index] = Child(python_command("-m", "bench_core.scenarios.selftest", "runs", str(spec),
                                                    str(folder / f"gpu{index}-out.json")),
-                                    log_path=folder / f"gpu{index}.log")
+                                    log_path=folder / f"gpu{index}.log", on_line=_progress_line)
         outcomes = {index: child.wait(GPU_CHILD_TIMEOUT_S) for index, child in children.items()}
     finally:  # Ctrl-C or an error: no GPU child keeps running
         for child in children.values():
@@ -219,11 +219,28 @@ def _run_gpu_children(count: int, quick: bool = False) -> dict[int, dict]:
     return out
 
 
+PROGRESS_MARK = "selftest-progress: "
+
+
+def _progress_line(line: str) -> bool:
+    """A GPU child's line: its progress lines are printed here as they come (claimed); the rest
+    stays in its log and the tail an error message quotes."""
+    if not line.startswith(PROGRESS_MARK):
+        return False
+    print(f"    ... {line[len(PROGRESS_MARK):]}", flush=True)
+    return True
+
+
 def _child_runs(spec_path: str, out_path: str) -> int:
     """In the child: run each configuration, then read every TF32 accessor (as a notebook cell would)."""
     runs = []
     for values in json.loads(Path(spec_path).read_text()):
+        started = time.perf_counter()
         row = run_benchmark(BenchConfig.from_dict(values))[0]
+        # One line a configuration, which the parent prints as it comes: a GPU's runs take minutes.
+        print(f"{PROGRESS_MARK}{values['device']} {values['mode']} {values['precision']} "
+              f"compile={values.get('compile', 'off')}: {row['status']} in {time.perf_counter() - started:.1f} s",
+              flush=True)
         try:
             tf32_flags()
             after = None
