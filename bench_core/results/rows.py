@@ -30,7 +30,8 @@ from bench_core.config.schema import BenchConfig
 #    the memory estimate (mem_estimate_bytes, mem_estimate, mem_before_build_bytes) and sharded training
 #    (parallelism, tp_degree, activation_checkpointing, mesh_shape, mixed_precision, warmup_losses,
 #    throughput_per_device, exposed_comm_share, exposed_comm_method); fp8: float8_linears, mfu_bf16_peak,
-#    peak_tflops_bf16; serve: shared_prefix_len, energy_j_per_output_token
+#    peak_tflops_bf16; serve: shared_prefix_len, energy_j_per_output_token; timed_s_host and
+#    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -169,8 +170,9 @@ _MEASURED = [
     ("loss_final", "last loss of the window (train)"),
     ("loss_finite", "the last loss / output of the window was finite"),
     ("output_check", "a variant's outputs against its reference (fp32 eager NCHW, same weights and inputs), checked "
-                     "once per configuration outside the timed window: within tolerance | wrong results | not "
-                     "checked: why; empty for the reference itself (results/fidelity.py)"),
+                     "once per configuration outside the timed window on at most 16 samples a side: within "
+                     "tolerance | wrong results | not checked: why; empty for the reference itself "
+                     "(results/fidelity.py)"),
     ("output_reference", "what the outputs were checked against: fp32 eager NCHW"),
     ("output_tolerance", "the precision's tolerance: minimum cosine similarity and maximum relative error"),
     ("output_cosine", "cosine similarity of the variant's forward outputs to the reference's (all floating-point "
