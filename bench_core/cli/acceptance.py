@@ -9,7 +9,8 @@ from pathlib import Path
 from bench_core.cli.common import paint
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.files import check_writable
-from bench_core.scenarios.acceptance import DEFAULT_BUDGET_S, DEFAULT_OUT, FAIL, SWEEP, run, table
+from bench_core.scenarios.acceptance import DEFAULT_BUDGET_S, DEFAULT_OUT, SWEEP, run
+from bench_core.summary.acceptance import FAIL, finish, table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     out = check_writable(args.out)
     print(paint("bench acceptance", "bold"), flush=True)
     result = run(out, args.budget_s, args.sweep)
-    text = table(result)
-    print(text, flush=True)
-    failed = any(c.status == FAIL for c in result.checks)
+    checks = finish(result)
+    print(table(result, checks), flush=True)
+    failed = any(c.status == FAIL for c in checks)
     return EXIT_FAILED if failed else EXIT_OK
