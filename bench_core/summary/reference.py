@@ -1,5 +1,6 @@
-"""Published figures (bench_core/data/reference.csv) matched against our rows, and ours compared
-with each: with a 95 % interval where the published figure has a spread, a plain ratio where not.
+"""Published figures (bench_core/data/reference.csv) and notebook-bench's own runs on lent GPUs
+(bench_core/data/measured.csv, from gpu/runs/), matched against our rows, and ours compared with
+each: with a 95 % interval where the figure has a spread, a plain ratio where not.
 """
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import functools
 import importlib.resources
 import math
 import re
+import statistics
 
 import numpy as np
 import pandas as pd
 
+from bench_core.predict.specs import spec_for_device
 from bench_core.results.comparison import (
     CONFIDENCE,
     MIN_EFFECT,
@@ -23,15 +26,66 @@ from bench_core.summary.load import WORKLOAD, Results
 from bench_core.summary.text import is_number, is_present, num_text
 
 
+MEASURED_SOURCE = "notebook-bench"
+MEASURED_CSV = "measured.csv"
+
+
 @functools.cache
 def load_reference() -> pd.DataFrame:
-    """The published figures shipped with the package (bench_core/data/reference.csv), one source per row."""
-    path = importlib.resources.files("bench_core") / "data" / "reference.csv"
-    with importlib.resources.as_file(path) as p:
-        table = pd.read_csv(p, dtype=str, keep_default_na=False)
+    """The published figures shipped with the package (bench_core/data/reference.csv), one source per row,
+    and after them what notebook-bench itself measured on real GPUs (measured.csv: see measured_lines)."""
+    tables = []
+    for name in ("reference.csv", MEASURED_CSV):
+        path = importlib.resources.files("bench_core") / "data" / name
+        with importlib.resources.as_file(path) as p:
+            tables.append(pd.read_csv(p, dtype=str, keep_default_na=False))
+    table = pd.concat(tables, ignore_index=True)
     for name in ("gpus", "nodes", "batch_size", "value", "value_std"):
         table[name] = pd.to_numeric(table[name], errors="coerce")
     return table
+
+
+MEASURED_METRICS = {"serve": "output_tokens_per_s"}  # else samples_per_s
+
+
+def measured_lines(rows: list[dict], run_name: str) -> list[dict]:
+    """reference.csv's lines for the ok rows of one kept GPU run (gpu/runs/<run_name>): one per
+    configuration, its median over repeats, named by source notebook-bench and the run, so reports
+    set today's rows beside what the project measured on that GPU before (`python gpu/keep_run.py`
+    writes them; tests/test_acceptance.py checks they are the kept runs' own)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("device_type") == "cuda":
+            key = (*(str(r.get(k)) for k in WORKLOAD), str(r.get("gpu_name")), str(r.get("concurrency")),
+                   str(r.get("request_rate")))
+            groups.setdefault(key, []).append(r)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        metric = MEASURED_METRICS.get(first["mode"], "samples_per_s")
+        values = sorted(float(r[metric]) for r in group if r.get(metric) is not None)
+        if not values:
+            continue
+        spec = spec_for_device(first["gpu_name"])
+        setup = ", ".join(part for part in (
+            "channels_last" if first.get("channels_last") else "",
+            f"compile {first['compile']}" if first.get("compile") not in (None, "off") else "",
+            first["parallelism"] if first.get("parallelism") not in (None, "ddp") else "",
+            f"{first['concurrency']} users" if first["mode"] == "serve" else "") if part)
+        out.append({
+            "source": MEASURED_SOURCE, "model": first["model"], "mode": first["mode"], "precision": first["precision"],
+            "match_precisions": first["precision"], "gpu": first["gpu_name"],
+            "gpu_match": " ".join(t for t in re.split(r"[^a-z0-9]+", first["gpu_name"].lower()) if t),
+            "gpus": first["world_size"], "nodes": 1, "batch_size": first.get("batch_size_actual") or "",
+            "input_shape": first["input_shape"], "metric": metric, "value": f"{statistics.median(values):.6g}",
+            "value_std": "", "unit": first.get("sample_unit") if metric == "samples_per_s" else "output tokens/s",
+            "note": (f"measured by notebook-bench ({setup + '; ' if setup else ''}{len(values)} repeat(s), "
+                     f"{first['timestamp'][:10]}, commit {first.get('git_commit')}, torch {first.get('torch_version')}, "
+                     f"driver {first.get('driver_version')})"),
+            "url_or_citation": f"gpu/runs/{run_name} in notebook-bench's repository",
+            "spec_gpu": spec.gpu if spec else "", "network_gbps": "", "run_group": f"notebook-bench {run_name}"})
+    return sorted(out, key=lambda line: (line["model"], line["mode"], line["precision"], str(line["batch_size"]),
+                                         line["note"]))
 
 
 def gpu_matches(device_name, gpu_match: str) -> bool:
