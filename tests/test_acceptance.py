@@ -1,0 +1,280 @@
+"""`bench acceptance` and the lent-GPU command around it (gpu/acceptance.sh): rehearsed here as far
+as a CPU allows, so the command cannot rot between GPU runs; and the rows a real H200 measured
+(gpu/runs/), held to what must hold on every real GPU row."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench_core.config.schema import BenchConfig
+from bench_core.measure import flops
+from bench_core.results.store import iter_rows
+from bench_core.scenarios import acceptance, selftest
+from bench_core.summary import acceptance as checking
+from bench_core.sweep.plan import load_sweep, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_RUNS = sorted(p for p in (ROOT / "gpu" / "runs").iterdir() if p.is_dir())
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "NO_COLOR": "1"}
+
+
+def bench(*args, cwd=ROOT, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- planning: the GPU sweep is valid and covers every family and path ----------------------------------
+
+
+def gpu_plan():
+    data = yaml.safe_load((ROOT / "params" / "gpu-acceptance.yaml").read_text())
+    data["settings"]["device"] = "cpu"  # planned here as it is there, but for the device check
+    return parse_sweep(data)
+
+
+def test_the_gpu_acceptance_sweep_covers_every_family_and_gpu_path():
+    configs = gpu_plan().configs
+    seen = {(c.model, c.mode, c.precision) for c in configs}
+    tasks = {BenchConfig.from_dict({"model": c.model}).model for c in configs}
+    assert {"resnet50", "vit_b_16", "llama-1b", "sd15-unet", "whisper-large-v3", "dlrm", "resnet18"} <= tasks
+    # ResNet-50 at lambdal's H100 / H200 batches, in the precisions the checks compare
+    assert {(c.precision, c.batch_size) for c in configs if c.model == "resnet50"} == {
+        ("fp32", 640), ("tf32", 640), ("amp-fp16", 1280), ("amp-bf16", 1280)}
+    assert {c.channels_last for c in configs if c.model == "resnet50" and c.precision == "amp-fp16"} == {True, False}
+    # Llama: plain and FSDP2 at the same global batch, float8, generate and two serving loads
+    llama = [c for c in configs if c.model == "llama-1b"]
+    assert {c.parallelism for c in llama if c.mode == "train" and c.precision == "amp-bf16"} == {"ddp", "fsdp"}
+    assert ("llama-1b", "train", "fp8-tensorwise") in seen and ("llama-1b", "generate", "bf16") in seen
+    assert sorted(c.concurrency for c in llama if c.mode == "serve") == [1, 8]
+    assert all(c.engine == "transformers" for c in llama if c.mode == "serve")
+    # compile off and on for one model, and its batch ladder from 1 to 256
+    resnet18 = [c for c in configs if c.model == "resnet18"]
+    assert {c.compile for c in resnet18 if c.batch_size == 64} == {"off", "default"}
+    assert sorted({c.batch_size for c in resnet18}) == [1, 4, 16, 64, 256]
+    assert all(c.device == "cpu" for c in configs)  # (replaced above: cuda there)
+
+
+def test_the_acceptance_selector_picks_the_cpu_rehearsal_without_a_gpu():
+    plan = load_sweep(ROOT / "params" / "acceptance.yaml")
+    import torch
+    expected = "gpu-acceptance" if torch.cuda.is_available() else "acceptance-cpu"
+    assert plan.name == expected
+    if expected == "acceptance-cpu":
+        # the rehearsal exercises the same paths with tiny models: train (plain and FSDP2), generate, serve
+        modes = {(c.mode, c.parallelism) for c in plan.configs}
+        assert {("train", "ddp"), ("train", "fsdp"), ("generate", "ddp"), ("serve", "ddp"), ("infer", "ddp")} <= modes
+
+
+def test_the_steps_keep_their_share_of_the_budget(tmp_path):
+    steps = acceptance.plan(tmp_path)
+    assert [s.name for s in steps] == ["sysinfo", "sweep", "selftest", "report"]
+    sweep, selftest_step, report = steps[1:]
+    assert sweep.keep_after_s == sum(acceptance.RESERVED_AFTER_SWEEP_S.values())
+    assert selftest_step.keep_after_s == acceptance.RESERVED_AFTER_SWEEP_S["report"] and report.keep_after_s == 0
+    assert "--quick" in selftest_step.args and str(tmp_path / "selftest.json") in selftest_step.args
+    assert report.args == ["report", str(tmp_path)]
+
+
+# -- install: what the lent machine's image lacks travels as wheels ------------------------------------
+
+
+def _names(path: Path) -> set[str]:
+    return {re.split(r"[=<>\[ ]", line.strip())[0].lower().replace("_", "-").replace(".", "-")
+            for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
+def test_every_dependency_is_in_the_gpu_image_or_the_wheelhouse():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["float8"]
+    names = {re.split(r"[=<>\[ ;]", d)[0].lower().replace("_", "-") for d in wanted}
+    have = _names(ROOT / "gpu" / "image-packages.txt") | _names(ROOT / "gpu" / "wheels.txt")
+    assert names - have == set(), "add these to gpu/wheels.txt (make gpu-wheels) or say the image has them"
+    # and `transformers serve`'s own needs (mode serve's engine on the GPU)
+    assert {"fastapi", "uvicorn", "openai", "pydantic"} <= have
+    # no wheel shadows a package the image has, but for those the resolver pinned for a dependency
+    both = _names(ROOT / "gpu" / "wheels.txt") & _names(ROOT / "gpu" / "image-packages.txt")
+    assert both == set()
+
+
+@pytest.mark.slow
+def test_the_lent_machine_install_step_rehearsed(tmp_path):
+    """gpu/acceptance.sh --install-only: the carried wheels installed with no index into a folder of
+    their own, that folder and the checkout on the import path, every package the run needs found.
+    A wheel of our own making stands in for the wheelhouse (nothing is downloaded here)."""
+    project = tmp_path / "src"
+    (project / "carried_pkg").mkdir(parents=True)
+    (project / "carried_pkg" / "__init__.py").write_text("WHERE = 'carried'\n")
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                                            '"setuptools.build_meta"\n[project]\nname = "carried-pkg"\nversion = "1"\n')
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation",
+                    "-w", str(wheels), str(project)], check=True, capture_output=True, timeout=300)
+    env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(wheels), "SITE": str(site)}
+    proc = subprocess.run(["bash", str(ROOT / "gpu" / "acceptance.sh"), "--install-only"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "== install: 1 wheels" in proc.stdout and "== imports: all found" in proc.stdout
+    assert (site / "carried_pkg" / "__init__.py").is_file()
+    # A wheelhouse that does not install stops the command at once, saying so (exit 3, nothing run).
+    (wheels / "broken-1-py3-none-any.whl").write_text("not a wheel")
+    proc = subprocess.run(["bash", str(ROOT / "gpu" / "acceptance.sh"), "--out", str(tmp_path / "out")],
+                          env={**env, "SITE": str(tmp_path / "site2")}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and "installing the wheels" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# -- the command itself, on this CPU, with a one-configuration sweep ----------------------------------
+
+
+@pytest.mark.slow
+def test_acceptance_runs_every_step_and_prints_its_checks(tmp_path):
+    sweep = tmp_path / "one.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "one", "grid": {"model": ["resnet18"], "mode": ["train"]},
+                                     "settings": {"device": "cpu", "width": 32, "height": 32, "batch_size": 2,
+                                                  "steps": 2, "warmup_steps": 1, "min_seconds": 0.0,
+                                                  "repeats": 1}}))
+    out = tmp_path / "out"
+    proc = bench("acceptance", "--out", str(out), "--sweep", str(sweep), "--budget-s", "600")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    result = json.loads((out / "acceptance.json").read_text())
+    assert [(s["name"], s["returncode"], s["timed_out"]) for s in result["steps"]] == [
+        ("sysinfo", 0, False), ("sweep", 0, False), ("selftest", 0, False), ("report", 0, False)]
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["every row ok, or a failure row that says why"]["status"] == "pass"
+    clocks = next(c for name, c in checks.items() if name.startswith("the timed window's device clock"))
+    assert clocks["status"] == "pass"  # timed_s_host is in every row, beside timed_s
+    assert checks["bench selftest: no check failed"]["status"] == "pass"
+    assert checks["no process left behind (kernels, workers, servers)"]["status"] == "pass"
+    for name in ("environment.json", "selftest.json", "results.csv", "report.html", "sysinfo.txt", "sweep.log"):
+        assert (out / name).is_file(), name
+    rows = list(iter_rows(out))
+    assert len(rows) == 1 and 0 < abs(rows[0]["timed_s_host"] - rows[0]["timed_s"]) < 0.05 * rows[0]["timed_s"]
+    # the table comes last: steps, figures, checks, and the count
+    tail = proc.stdout[proc.stdout.index("\nsteps:"):]
+    assert "figures:" in tail and "resnet18 train fp32 bs 2" in tail and "checks:" in tail
+    assert re.search(r"\d+ passed, 0 failed, \d+ skipped; results in ", tail)
+
+
+def test_a_spent_budget_skips_the_steps_and_says_so(tmp_path):
+    out = tmp_path / "out"
+    proc = bench("acceptance", "--out", str(out), "--budget-s", "1", timeout=300)
+    assert proc.returncode == 1  # no rows: the first check fails
+    assert "== sweep: skipped" in proc.stdout and "(acceptance.json)" in proc.stdout  # only what exists
+    result = json.loads((out / "acceptance.json").read_text())
+    assert all(s["last_line"] == "not started: budget spent" for s in result["steps"])
+    assert result["checks"][0]["detail"] == "no rows written"
+
+
+def test_a_process_a_step_left_running_is_found_and_no_other():
+    token = "test-" + os.urandom(6).hex()
+    ours = subprocess.Popen(["sleep", "60"], env={**os.environ, acceptance.RUN_MARK: token})
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, acceptance.RUN_MARK: "another run"})
+    try:
+        found = acceptance.leftover_processes(token)
+        assert [line.split(":")[0] for line in found] == [str(ours.pid)] and "sleep 60" in found[0]
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait()
+    assert acceptance.leftover_processes(token) == []
+
+
+def test_bad_input_is_one_line(tmp_path):
+    proc = bench("acceptance", "--budget-s", "0", "--out", str(tmp_path / "x"), timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "budget_s" in proc.stderr
+    proc = bench("acceptance", "--sweep", "params/nope.yaml", "--out", str(tmp_path / "x"), timeout=120)
+    assert proc.returncode == 2 and "sweep: no such sweep file" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# -- what the first real GPU runs found, fixed ---------------------------------------------------------
+
+
+def test_selftest_builds_its_gpu_configurations():
+    # On every GPU this raised TypeError (the precision names indexed by name) before a run started.
+    configs = selftest.gpu_configs("cuda:0", first=True)
+    assert [c["precision"] for c in configs if c.get("compile") == "off"] == list(selftest.PRECISIONS)
+    assert len([c for c in configs if c.get("compile") == "default"]) == len(selftest.PRECISIONS)
+    assert all(c["compile"] == "off" for c in selftest.gpu_configs("cuda:1", first=False) if "compile" in c)
+
+
+def test_grouped_query_attention_counts_as_its_expanded_form():
+    """transformers hands CUDA's SDPA kernels keys and values with fewer heads than the query
+    (enable_gqa); torch 2.11's formula asserted equal heads and every Llama row on the H200 failed."""
+    import torch
+    import torch.nn.functional as F
+    aten = torch.ops.aten
+    fixes = flops.formula_fixes()
+    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention"):
+        assert getattr(aten, name) in fixes and getattr(aten, f"{name}_backward") in fixes
+    q, kv = (2, 32, 128, 64), (2, 8, 128, 64)
+    assert flops._query_heads(q, kv, kv) == [q, q]
+    assert flops._attention_flop(q, kv, kv) == flops._attention_flop(q, q, q) == 2 * 2 * (2 * 32 * 128 * 64 * 128)
+    assert flops._attention_backward_flop(q, q, kv, kv) == flops._attention_backward_flop(q, q, q, q)
+    # and through the counter, on this machine's own kernel: GQA as many FLOPs as the expanded heads
+    query = torch.randn(*q)
+    key, value = torch.randn(*kv), torch.randn(*kv)
+    grouped = flops.count_flops(lambda: F.scaled_dot_product_attention(query, key, value, enable_gqa=True)).flops
+    expanded = flops.count_flops(lambda: F.scaled_dot_product_attention(
+        query, key.repeat_interleave(4, dim=1), value.repeat_interleave(4, dim=1))).flops
+    assert grouped == expanded > 0
+
+
+# -- the rows a real GPU measured ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", GPU_RUNS, ids=[p.name for p in GPU_RUNS])
+def test_a_kept_gpu_run_names_its_machine_and_its_rows_hold(run):
+    env = json.loads((run / "environment-1.json").read_text())
+    assert env["gpu_name"] and env["driver_version"] and env["cuda_version"] and env["gpu_compute_capability"]
+    assert env["gpu_name"].lower().replace("nvidia ", "").split()[0] in run.name  # named by its GPU
+    rows = list(iter_rows(run))
+    ok = [r for r in rows if r["status"] == "ok"]
+    # (serve rows kept from before the fix that records the server's device say none)
+    assert ok and all(r["device_type"] == "cuda" and r["gpu_name"] == env["gpu_name"] for r in ok
+                      if r["mode"] != "serve" or r.get("device_type"))
+    checks = {c.name: c for c in checking.judge(rows, None, [])}
+    assert checks["MFU in (0, 1] on every row that has one"].status == checking.PASS
+    assert all(0 < r["mfu"] <= 1 for r in ok if r.get("mfu") is not None)
+    assert not any(r.get("mfu_rejected") for r in rows)
+    clocks = next(c for name, c in checks.items() if name.startswith("the timed window's device clock"))
+    assert clocks.status == checking.PASS
+    failed = [r for r in rows if r["status"] not in ("ok", "unsupported")]
+    assert all(r["message"] for r in failed)  # a failure is a row that says why
+
+
+def test_the_measured_figures_shipped_are_the_kept_runs_own():
+    """bench_core/data/measured.csv (notebook-bench's own GPU figures in every report's Published
+    figures) is what gpu/keep_run.py makes of gpu/runs/ now: it cannot drift from the kept rows."""
+    sys.path.insert(0, str(ROOT / "gpu"))
+    try:
+        import keep_run
+    finally:
+        sys.path.remove(str(ROOT / "gpu"))
+    assert keep_run.MEASURED.read_text() == keep_run.measured_csv(ROOT / "gpu" / "runs")
+    from bench_core.summary.reference import load_reference
+    ours = load_reference().query("source == 'notebook-bench'")
+    assert len(ours) >= 9 and set(ours["gpu"]) == {"NVIDIA H200"} and (ours["value"] > 0).all()
+    assert ours["note"].str.startswith("measured by notebook-bench").all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", GPU_RUNS[-1:], ids=[p.name for p in GPU_RUNS[-1:]])
+def test_the_report_of_a_real_gpu_run_sets_lambdal_beside_ours(run, tmp_path):
+    out = tmp_path / "gpu"
+    proc = subprocess.run(["cp", "-r", str(run), str(out)], capture_output=True)
+    assert proc.returncode == 0
+    proc = bench("report", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    page = (out / "report.html").read_text()
+    for section in ("Throughput", "AMP speed-up", "Serving", "Published figures", "Efficiency"):
+        assert f">{section}<" in page or f">{section}¶" in page or f'id="{section.replace(" ", "-")}"' in page, section
+    published = page[page.index('id="Published-figures"'):]
+    assert "lambdal" in published and "H200" in published
+    assert "notebook-bench" in published  # the rows kept from the H200 beside ours (here: themselves)
