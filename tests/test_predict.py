@@ -9,6 +9,7 @@ import pytest
 from bench_core.cli import main as bench
 from bench_core.measure.peaks import PEAK_QUANTITIES, gpu_spec_table
 from bench_core.predict import published
+from bench_core.predict import measured
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.model import Profile, Setup, predict
 from bench_core.predict.specs import REQUIRED, math_class, predictable_names, spec, spec_for_device
@@ -93,18 +94,69 @@ def cpu_run(tmp_path_factory) -> Path:
     return out
 
 
-def test_a_cpu_run_predicts_a_gpu_and_says_which_ceiling_binds(cpu_run):
+def test_a_cpu_run_gives_a_gpu_roofline_bound_with_no_band(cpu_run):
+    """A CPU's efficiency against its own peak says nothing of a GPU's: from a CPU run, `bench
+    predict` gives the GPU's bound for the counted work ("at most"), with no band and no efficiency."""
     rows, notes = predict_dir(cpu_run, [spec("H100-SXM5-80GB"), spec("L4")])
     assert not notes and len(rows) == 2
     for r in rows:
-        assert r["predicted"] > 0 and r["low"] < r["predicted"] < r["high"]
+        assert r["kind"] == "bound" and r["group"] == measured.CPU_SOURCE and r["efficiency"] is None
+        assert r["predicted"] > 0 and r["band"] is None and r["low"] is None and r["high"] is None
+        assert r["band_text"].startswith("none: a roofline bound") and r["sample_unit"] == "images/s"
         assert r["binds"].startswith(("compute", "memory"))
     assert rows[0]["predicted"] > rows[1]["predicted"]  # an H100 over an L4, by the spec sheets
+
+
+def as_gpu_rows(cpu_run, tmp_path, name="a100", **changes) -> Path:
+    """The tiny CPU run's rows as an A100 would record them, with `changes` (batch, mode, task, ...)."""
+    rows = [{**r, "device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "peak_tflops": 19.5,
+             "precision_support": "native", **changes} for r in iter_rows(cpu_run)]
+    write_run(tmp_path / name, name, rows)
+    return tmp_path / name
+
+
+@pytest.mark.parametrize("changes, group", [
+    ({"batch_size": 64}, measured.GPU_TRAINING),
+    ({"batch_size": 4}, measured.SMALL_BATCH),
+    ({"batch_size": 64, "mode": "infer"}, measured.INFERENCE),
+    ({"batch_size": 64, "task": "causal-lm"}, measured.LLM_TRAINING),
+])
+def test_a_band_only_where_pairs_of_the_group_were_measured(cpu_run, tmp_path, changes, group):
+    (row,), notes = predict_dir(as_gpu_rows(cpu_run, tmp_path, **changes), [spec("H100-SXM5-80GB")])
+    assert not notes and row["group"] == group and row["kind"] == "prediction"
+    if group == measured.GPU_TRAINING:
+        gpu = next(r for r in published.error_table() if r["group"] == "GPU to GPU")
+        assert row["band"] == gpu["median_abs_error"] and row["low"] < row["predicted"] < row["high"]
+        assert row["band_text"] == f"±{gpu['median_abs_error']:.0%} (GPU to GPU in training: median error of " \
+                                   f"{gpu['pairs']} published pairs)"
+    else:
+        assert row["band"] is None and row["low"] is None and row["high"] is None
+        assert row["band_text"] == f"none: unvalidated ({group}: no measured pair)"
+
+
+def test_an_emulated_precision_or_a_serving_point_is_refused_and_says_why(cpu_run, tmp_path):
+    rows, notes = predict_dir(as_gpu_rows(cpu_run, tmp_path, precision_support="emulated", precision="amp-bf16"),
+                              [spec("H100-SXM5-80GB")])
+    assert rows == [] and len(notes) == 1 and "amp-bf16 is emulated on NVIDIA A100-SXM4-80GB" in notes[0]
+    assert "measure fp32 (native)" in notes[0] and notes[0].endswith("not predicted")
+    rows, notes = predict_dir(as_gpu_rows(cpu_run, tmp_path, "serve", mode="serve"), [spec("H100-SXM5-80GB")])
+    assert rows == [] and "a serving point is not predicted" in notes[0] and "bytes?" not in notes[0]
+
+
+def test_a_disturbed_source_says_re_measure(cpu_run, tmp_path):
+    (row,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, noise_flags="other-processes-on-cpu(0.9 cores);"
+                                        "noisy-window(cv 0.2)"), [spec("H100-SXM5-80GB")])
+    assert row["disturbed"] == "disturbed (other-processes-on-cpu): re-measure on a quiet machine"
+    (quiet,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, "q", noise_flags="noisy-window(cv 0.2)"),
+                              [spec("H100-SXM5-80GB")])
+    assert quiet["disturbed"] is None  # imprecision is not a disturbance
 
 
 def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(cpu_run, capsys):
     done = bench_here(capsys, "predict", "--from", str(cpu_run), "--gpu", "B200", "--devices", "8")
     assert done.returncode == 0 and "8x B200" in done.stdout and "binds" in done.stdout
+    assert re.search(r"at most [\d.e+]+ images/s", done.stdout) and "roofline bound" in done.stdout
+    assert "±" not in done.stdout  # no band: no pair measures a CPU source
     unknown = bench_here(capsys, "predict", "--from", str(cpu_run), "--gpu", "H100")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
     assert "gpu" in unknown.stderr and "H100-SXM5-80GB" in unknown.stderr
@@ -112,12 +164,16 @@ def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(cpu_run,
     assert empty.returncode == 2 and "from" in empty.stderr and "no ok rows" in empty.stderr
     table = bench_here(capsys, "predict", "--error-table")
     assert table.returncode == 0 and "all pairs" in table.stdout and "without interconnect" in table.stdout
+    groups = table.stdout[table.stdout.index("The band each group"):]
+    for group in measured.GROUPS:
+        assert group in groups
+    assert "none: unvalidated (inference: no measured pair)" in groups
 
 
 def test_the_report_section_keeps_predictions_apart_with_their_band(cpu_run):
     table, notes = predicted_table(load_results([cpu_run]))
     assert not notes and set(table["gpu"]) == {f"1x {g}" for g in DEFAULT_GPUS}
-    assert (table["low"] < table["predicted"]).all() and (table["predicted"] < table["high"]).all()
+    assert (table["kind"] == "bound").all() and table["low"].isna().all() and table["band"].isna().all()
     assert table["measured_on"].str.contains("1x ").all()  # the measured device, beside, not mixed in
 
 

@@ -8,7 +8,7 @@ import json
 
 from bench_core.cli.common import text_table
 from bench_core.errors import EXIT_OK, ConfigError
-from bench_core.predict.measured import predict_dir
+from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import TERMS
 from bench_core.predict.published import ablations, error_table, fmt_pct, predictions
 from bench_core.predict.specs import predictable_names, spec
@@ -20,10 +20,12 @@ FLOP ops and all other ops move (counted in the measured run, nothing fused), P 
 peak for the precision and W its memory bandwidth (bench_core/data/gpu_peaks.csv, each figure
 with its datasheet). The efficiency the measured device reached against its own t is carried to
 the target; N GPUs add a ring all-reduce of the gradients over the GPU's link. 'binds' says which
-ceiling dominates. The band is the model's median error over the published pairs of the same
-workload on two GPUs (`bench predict --error-table` prints it, with the worst pair).
-A CPU source has no memory bandwidth figure: its efficiency is against its measured peak alone,
-and no published pair measures that step, so treat such a prediction as a rough guide.
+ceiling dominates. A band is shown only where pairs of the prediction's group were measured: GPU
+to GPU in training at batch 32 or more has the published pairs' median error (`bench predict
+--error-table`); inference, LLM training and small batches have no measured pair, so they say
+"unvalidated" and show none. From a CPU run the figure is the GPU's roofline bound ("at most"):
+a CPU's efficiency against its own peak says nothing of a GPU's. A row in a precision its device
+only emulates is not predicted from; a disturbed row's predictions say "re-measure".
 GPUs that can be predicted: {', '.join(predictable_names())}.
 examples:
   bench run --model resnet18 --width 32 --height 32 --steps 2 --out outputs/cpu
@@ -60,6 +62,10 @@ def main(args: argparse.Namespace) -> int:
                            "worst |error|": fmt_pct(r["worst_abs_error"]), "worst factor": f"{r['worst_factor']:.2f}x",
                            "within 15%": fmt_pct(r["within_15pct"]), "worst pair": r["worst_pair"]} for r in rows],
                          prose=("worst pair",)))
+        print("\nThe band each group of predictions carries (bench predict --from DIR):")
+        print(text_table([{"group": group, "pairs": measured[1] if measured else 0,
+                           "band": band_text(group, measured)} for group, measured in bands().items()],
+                         prose=("band",)))
         print(f"\nWhat each term is worth (terms: {', '.join(TERMS)}):")
         print(text_table([{"model": r["model"], "median |error|": fmt_pct(r["median_abs_error"]),
                            "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"])}
@@ -78,8 +84,16 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_OK
     for line in notes:
         print(f"bench predict: note: {line}")
+    if not rows:
+        return EXIT_OK
     print(text_table([{"model": r["model"], "mode": r["mode"], "precision": r["precision"], "batch": r["batch_size"],
-                       "measured on": r["measured_on"], "measured": f"{r['measured']:.4g}", "GPU": r["gpu"],
-                       "predicted": f"{r['predicted']:.4g}", "band": f"±{r['band']:.0%}", "binds": r["binds"]}
-                      for r in rows], prose=("binds",)))
+                       "measured on": r["measured_on"], "measured": f"{r['measured']:.4g} {r['sample_unit']}",
+                       "GPU": r["gpu"],
+                       "predicted": f"{'at most ' if r['kind'] == 'bound' else ''}{r['predicted']:.4g} {r['sample_unit']}",
+                       "band": r["band_text"], "binds": r["binds"] + (f"; {r['disturbed']}" if r["disturbed"] else "")}
+                      for r in rows], prose=("band", "binds")))
+    if any(r["kind"] == "bound" for r in rows):
+        print("\nat most: measured on a CPU, so the GPU's roofline bound for the FLOPs and bytes the run counted "
+              "(no efficiency carried over); a real step also waits on kernel launches and the host, most at small "
+              "batches.")
     return EXIT_OK

@@ -1,6 +1,14 @@
 """Predictions from our own measured rows: each configuration of a results directory (median
-samples/s over its ok repeats) carried to a GPU that was not measured, with the error band the
-published pairs give the model.
+samples/s over its ok repeats) carried to a GPU that was not measured, with an error band only
+where pairs of its group were measured.
+
+Each prediction belongs to one group, by what it is predicted from (GROUPS): GPU to GPU in
+training at a batch the published pairs cover is the one group with measured pairs today (its band
+is their median error); inference, LLM training and small batches have none, so their predictions
+say "unvalidated" and carry no band; a CPU source is no prediction at all but the GPU's roofline
+bound for the counted work (a CPU's efficiency against its own peak says nothing of a GPU's), with
+no band. A row in a precision its device only emulates is not predicted from (its efficiency
+describes the emulation), and a disturbed row says so.
 """
 from __future__ import annotations
 
@@ -12,11 +20,21 @@ from bench_core.errors import ConfigError
 from bench_core.predict.model import TERMS, Profile, Setup, predict
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import Spec, math_class, spec_for_device
+from bench_core.results.disturbed import RE_MEASURE, disturbances
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
 
 # What a row must carry to be predicted from.
 NEEDED = ("samples_per_s", "flops_per_sample", "bytes_per_sample_flop_ops", "bytes_per_sample_other_ops")
+# The groups of predictions, each with the published pairs that measure its error (none: no band).
+GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE = (
+    "GPU to GPU in training", "inference", "LLM training", "small batches", "a CPU source")
+GROUPS = (GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE)
+# Below this batch per device a step is launch- and host-bound on a GPU (a few microseconds of
+# kernels, tens of microseconds of Python and dispatch per op): the model has no term for it, and
+# the published pairs ran at batches of 64 and more (lambdal's ResNet-50, MLPerf's BERT).
+SMALL_BATCH_BELOW = 32
+LLM_TASKS = ("causal-lm",)
 
 
 def ok_rows(result_dir: str | Path) -> list[dict]:
@@ -36,7 +54,9 @@ def configurations(rows: list[dict]) -> list[dict]:
     for group in groups.values():
         first = group[0]
         merged = {k: first.get(k) for k in (*WORKLOAD, "device_type", "device_name", "peak_tflops", "peak_source",
-                                            "params_count", "sample_unit")}
+                                            "params_count", "sample_unit", "task", "precision_support")}
+        merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(r.get("noise_flags") or "").split(";")
+                                                 if f})) or None
         for k in NEEDED:
             values = [float(r[k]) for r in group if isinstance(r.get(k), (int, float)) and r[k] > 0]
             merged[k] = statistics.median(values) if values else None
@@ -71,32 +91,89 @@ def source_setup(conf: dict) -> Setup:
     return Setup(device, cls, gpus, 1, conf["batch_size"])
 
 
+def group_of(conf: dict) -> str:
+    """Which group's measured pairs (if any) stand behind a prediction from `conf`."""
+    if conf.get("device_type") != "cuda":
+        return CPU_SOURCE
+    if conf.get("mode") != "train":
+        return INFERENCE
+    if conf.get("task") in LLM_TASKS:
+        return LLM_TRAINING
+    if isinstance(conf.get("batch_size"), int) and conf["batch_size"] < SMALL_BATCH_BELOW:
+        return SMALL_BATCH
+    return GPU_TRAINING
+
+
+def bands() -> dict[str, tuple[float, int] | None]:
+    """Each group's band and the pairs behind it: the median |error| of the published pairs of that
+    group, or None where no pair was measured (the band would be a guess)."""
+    gpu = next(r for r in error_table() if r["group"] == "GPU to GPU")
+    return {GPU_TRAINING: (gpu["median_abs_error"], gpu["pairs"]), INFERENCE: None, LLM_TRAINING: None,
+            SMALL_BATCH: None, CPU_SOURCE: None}
+
+
 def band() -> float:
-    """The model's stated error for a GPU not measured: the median |error| over the published
-    GPU-to-GPU pairs (not over all pairs, where the easier scaling pairs pull the median down)."""
-    return next(r for r in error_table() if r["group"] == "GPU to GPU")["median_abs_error"]
+    """The band of the one group with measured pairs (GPU to GPU in training)."""
+    return bands()[GPU_TRAINING][0]
+
+
+def band_text(group: str, measured: tuple[float, int] | None) -> str:
+    if group == CPU_SOURCE:
+        return "none: a roofline bound (a CPU run's efficiency says nothing of a GPU's)"
+    if measured is None:
+        return f"none: unvalidated ({group}: no measured pair)"
+    error, pairs = measured
+    return f"±{error:.0%} ({group}: median error of {pairs} published pairs)"
+
+
+def refusal(conf: dict) -> str | None:
+    """Why a configuration cannot stand for a GPU, or None."""
+    if conf.get("mode") == "serve":
+        return ("a serving point is not predicted: `bench predict` models one training or inference step from "
+                "its counted FLOPs and bytes, and a serve row has a server's requests, not steps")
+    if conf.get("precision_support") == "emulated":
+        return (f"{conf['precision']} is emulated on {conf.get('device_name')}: its efficiency describes the "
+                "emulation, not a GPU's tensor cores; measure fp32 (native) there to predict from")
+    return None
 
 
 def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
                 terms: tuple[str, ...] = TERMS) -> tuple[list[dict], list[str]]:
     """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped."""
     rows, notes = [], []
-    error = band()
+    measured_bands = bands()
     for conf in configurations(ok_rows(result_dir)):
-        missing = [k for k in NEEDED if not conf.get(k)]
         label = f"{conf['model']} {conf['mode']} {conf['precision']} bs {conf['batch_size']} on {conf.get('device_name')}"
-        if missing:
-            notes.append(f"{label}: no {', '.join(missing)} (measured before bench counted bytes?): not predicted")
+        why = refusal(conf)
+        missing = [k for k in NEEDED if not conf.get(k)]
+        if why or missing:
+            notes.append(f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted")
             continue
         src = source_setup(conf)
+        group = group_of(conf)
+        measured = measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
             p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
+            bound = group == CPU_SOURCE
+            value = roofline(p, dst) if bound else p.value
+            error = measured[0] if measured else None
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                          "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
                          "measured_on": f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
-                         "gpu": f"{devices}x {spec.gpu}", "predicted": p.value, "low": p.value * (1 - error),
-                         "high": p.value * (1 + error), "band": error, "binds": p.target.binds,
-                         "efficiency": p.efficiency, "math": dst.math, "sample_unit": conf.get("sample_unit"),
-                         "note": p.note})
+                         "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
+                         "group": group, "band": error, "band_text": band_text(group, measured),
+                         "low": value * (1 - error) if error else None, "high": value * (1 + error) if error else None,
+                         "binds": p.target.binds, "efficiency": None if bound else p.efficiency, "math": dst.math,
+                         "sample_unit": conf.get("sample_unit") or "samples/s",
+                         "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
+                                       if disturbances(conf.get("noise_flags")) else None),
+                         "note": ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no "
+                                  "efficiency carried over from the CPU)" if bound else p.note)})
     return rows, notes
+
+
+def roofline(p, target: Setup) -> float:
+    """Samples/s at the target's ceilings with nothing lost: an upper bound, not a prediction."""
+    batch = target.batch or 1.0
+    return target.gpus * batch / (batch * p.target.sample_s + p.target.comm_s)

@@ -1,7 +1,8 @@
 """The report's "Predicted GPUs" section: what `bench predict` gives for GPUs that were not measured,
-beside what was measured, drawn apart (hollow, hatched, labelled "predicted") with the error band
-the model shows on published pairs (docs/prediction.md). A predicted figure is never mixed into a
-measured one: it has its own rows, bars and column.
+beside what was measured, drawn apart (hollow, hatched, labelled "predicted" or, from a CPU run,
+"at most": a roofline bound) with an error band only where pairs of its group were measured
+(docs/prediction.md). A predicted figure is never mixed into a measured one: it has its own rows,
+bars and column.
 """
 from __future__ import annotations
 
@@ -46,12 +47,17 @@ def _chart(table: pd.DataFrame) -> None:
         measured = group.drop_duplicates("measured_on")
         several = len(measured) > 1
         labels = [f"{m} (measured)" for m in measured["measured_on"]] + [
-            f"{g} (predicted{f' from {m}' if several else ''})" for g, m in zip(group["gpu"], group["measured_on"])]
+            f"{g} ({'at most' if k == 'bound' else 'predicted'}{f' from {m}' if several else ''})"
+            for g, m, k in zip(group["gpu"], group["measured_on"], group["kind"])]
         y = range(len(labels))
         ax.barh(list(y)[:len(measured)], measured["measured"], color="tab:blue", label="measured")
+        banded = group["band"].notna().to_numpy()
+        bound = (group["kind"] == "bound").to_numpy()
+        label = ("roofline bound (from a CPU run: no band)" if bound.all() else
+                 "predicted (band where pairs of its group were measured)")
         ax.barh(list(y)[len(measured):], group["predicted"], fill=False, hatch="///", edgecolor="tab:orange",
-                label="predicted (band: median error on published GPU-to-GPU pairs)",
-                xerr=[group["predicted"] - group["low"], group["high"] - group["predicted"]], ecolor="tab:orange")
+                label=label, xerr=[(group["predicted"] - group["low"]).where(banded, 0),
+                                   (group["high"] - group["predicted"]).where(banded, 0)], ecolor="tab:orange")
         ax.set_yticks(list(y), labels)
         ax.invert_yaxis()
         ax.set_xscale("log")
@@ -74,18 +80,24 @@ def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
     if table.empty:
         note("Nothing to predict from: no ok row with the FLOP and byte counts `bench predict` needs.")
         return
-    band = table["band"].iloc[0]
+    groups = table.drop_duplicates("group")
+    said = "; ".join(f"{g}: {t}" for g, t in zip(groups["group"], groups["band_text"]))
     worst = next(r for r in error_table() if r["group"] == "GPU to GPU")["worst_factor"]
     paragraph(f"Predicted, not measured: each configuration carried to GPUs that were not measured "
               f"(`bench predict`; docs/prediction.md). The model puts the FLOPs and bytes counted in the run "
               f"against each GPU's datasheet peak and memory bandwidth and carries the measured efficiency "
-              f"over; 'binds' says which ceiling dominates. The band (±{band:.0%}) is the model's median error "
-              f"over the published pairs of one workload on two GPUs; some pairs are off by more, up to {worst:.1f}x "
-              f"(see the docs). A prediction from a CPU run "
-              f"is a rough guide: no published pair measures that step.")
+              f"over; 'binds' says which ceiling dominates. A band is drawn only where pairs of the prediction's "
+              f"group were measured (GPU to GPU in training: the published pairs' median error, some off by up "
+              f"to {worst:.1f}x); from a CPU run the figure is the GPU's roofline bound, 'at most', with no band "
+              f"and no efficiency carried over. Here: {said}.")
     _chart(table)
-    shown = table.assign(predicted_band=[f"{lo:.4g} – {hi:.4g}" for lo, hi in zip(table["low"], table["high"])])
+    shown = table.assign(
+        predicted_band=[f"{lo:.4g} – {hi:.4g}" if pd.notna(lo) else text for lo, hi, text in
+                        zip(table["low"], table["high"], table["band_text"])],
+        predicted_text=[f"{'at most ' if k == 'bound' else ''}{v:.4g} {u}" for v, k, u in
+                        zip(table["predicted"], table["kind"], table["sample_unit"])],
+        measured_text=[f"{v:.4g} {u}" for v, u in zip(table["measured"], table["sample_unit"])])
     show_table(shown, {"model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch",
-                       "measured_on": "measured on", "measured": "measured", "gpu": "GPU (predicted)",
-                       "predicted": "predicted", "predicted_band": "band", "binds": "binds",
-                       "efficiency": "efficiency carried over"})
+                       "measured_on": "measured on", "measured_text": "measured", "gpu": "GPU (predicted)",
+                       "predicted_text": "predicted", "predicted_band": "band", "binds": "binds",
+                       "efficiency": "efficiency carried over", "disturbed": "disturbed"})
