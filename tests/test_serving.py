@@ -172,6 +172,23 @@ def test_a_model_the_server_does_not_serve_is_refused(session, capsys, tmp_path,
     assert not (tmp_path / "out" / "runs").exists()
 
 
+def test_the_terminal_table_of_a_serving_point_shows_serving_figures(session, capsys, tmp_path, folder):
+    """A serving point's table: its load (not a batch), requests/s, output tokens/s, TTFT and TPOT
+    p50 and p99, errors and the SLO; no step columns, no None or NaN."""
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--server-url", session.server.url, "--concurrency", "2", "--prompt-len", "16",
+                      "--new-tokens", "4", "--steps", "4", "--warmup-steps", "1", "--repeats", "1", "-q",
+                      "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    head = done.stdout.splitlines()[0]
+    assert head.startswith("llama-tiny serve fp32 concurrency 2 on ") and "batch" not in head
+    for name in ("requests/s", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "errors",
+                 "SLO met"):  # (a narrow terminal folds the table into blocks, each with its header)
+        assert name in done.stdout
+    for absent in ("batches/s", "step ms", "None", "NaN", "nan"):
+        assert absent not in done.stdout
+
+
 def test_a_url_that_does_not_answer_is_bad_input(capsys, tmp_path, folder):
     url = f"http://127.0.0.1:{free_port()}"
     done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),

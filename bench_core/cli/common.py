@@ -197,22 +197,34 @@ def format_rows(rows: list[dict]) -> str:
     if "embedding_bytes_per_s" in table:
         table["embedding_gb_per_s"] = pd.to_numeric(table["embedding_bytes_per_s"]) / 1e9
     ok = table[table["status"] == "ok"]
-    searched = " (batch_size max: found by search)" if rows[0].get("batch_size_requested") == "max" else ""
-    head = (f"{rows[0]['model']} {rows[0]['mode']} {rows[0]['precision']} batch {rows[0]['batch_size']}{searched}"
-            f" x{rows[0].get('world_size') or 1} on {rows[0].get('device_name') or rows[0]['device']}")
+    first, serve = rows[0], rows[0]["mode"] == "serve"
+    searched = " (batch_size max: found by search)" if first.get("batch_size_requested") == "max" else ""
+    # A serving point has a load, not a batch: the users in a closed loop or the request rate.
+    load = serve_load(first) if serve else f"batch {first['batch_size']}{searched} x{first.get('world_size') or 1}"
+    head = (f"{first['model']} {first['mode']} {first['precision']} {load} on "
+            f"{first.get('device_name') or first['device']}")
     if ok.empty:
         return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}"
                                         for r in rows)
-    samples = rows[0].get("sample_unit") or "samples/s"
-    cols = {"repeat": "repeat", "status": "status", "samples_per_s": samples, "batches_per_s": "batches/s",
-            "step_time_ms_median": "step ms (median)", "step_time_ms_p5": "p5", "step_time_ms_p95": "p95",
-            "step_time_cv": "CV", "timed_steps": "steps", "timed_s": "window s"}
-    # The task's own rates, where it has them: tokens/s (and generate's phases), audio s/s, a diffusion
-    # model's images/s at its denoising steps, MVox/s, MPx/s, embedding GB/s.
-    extra = {"tokens_per_s": "tokens/s", "ttft_ms_median": "TTFT ms", "decode_tokens_per_s": "decode tok/s",
-             "itl_ms_median": "ITL ms", "audio_s_per_s": "audio s/s", "images_per_s": "images/s",
-             "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s", "embedding_gb_per_s": "embedding GB/s"}
-    cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
+    if serve:  # the figures serving is about; a serve row has no steps, batches or step times
+        cols = {"repeat": "repeat", "status": "status", "requests_per_s": "requests/s",
+                "output_tokens_per_s": "output tok/s", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms",
+                "tpot_ms_p50": "TPOT p50 ms", "tpot_ms_p99": "TPOT p99 ms", "request_errors": "errors",
+                "slo_met": "SLO met"}
+        cols = {k: v for k, v in cols.items() if k in table and (k in ("repeat", "status") or ok[k].notna().any())}
+        table["slo_met"] = table.get("slo_met", pd.Series(dtype=object)).map(
+            lambda v: "yes" if v is True else "no" if v is False else "-")
+    else:
+        samples = first.get("sample_unit") or "samples/s"
+        cols = {"repeat": "repeat", "status": "status", "samples_per_s": samples, "batches_per_s": "batches/s",
+                "step_time_ms_median": "step ms (median)", "step_time_ms_p5": "p5", "step_time_ms_p95": "p95",
+                "step_time_cv": "CV", "timed_steps": "steps", "timed_s": "window s"}
+        # The task's own rates, where it has them: tokens/s (and generate's phases), audio s/s, a diffusion
+        # model's images/s at its denoising steps, MVox/s, MPx/s, embedding GB/s.
+        extra = {"tokens_per_s": "tokens/s", "ttft_ms_median": "TTFT ms", "decode_tokens_per_s": "decode tok/s",
+                 "itl_ms_median": "ITL ms", "audio_s_per_s": "audio s/s", "images_per_s": "images/s",
+                 "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s", "embedding_gb_per_s": "embedding GB/s"}
+        cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
     flags = table["noise_flags"].map(disturbances) if "noise_flags" in table else pd.Series("", index=table.index)
     if flags.astype(bool).any():  # a disturbed figure is marked where it is shown, not only with -v
         table["disturbed"] = ["DISTURBED: " + f if f else "-" for f in flags]
@@ -221,6 +233,8 @@ def format_rows(rows: list[dict]) -> str:
     median = ok[[c for c in cols if c not in ("repeat", "status", "disturbed")]].median(numeric_only=True)
     median_row = {cols[k]: v for k, v in median.items()}
     median_row.update({"repeat": "median", "status": f"{len(ok)}/{len(table)} ok"})
+    if serve and "slo_met" in cols:
+        median_row[cols["slo_met"]] = f"{(ok['slo_met'] == True).sum()}/{len(ok)}"  # noqa: E712 - a column of bools
     if "disturbed" in cols:
         median_row[cols["disturbed"]] = f"{int(flags.astype(bool).sum())} of {len(table)} disturbed"
     shown = pd.concat([shown.astype(object), pd.DataFrame([median_row])], ignore_index=True)
@@ -237,6 +251,13 @@ def format_rows(rows: list[dict]) -> str:
     if rows[0].get("batch_search"):
         extras.append(rows[0]["batch_search"])
     return head + "\n" + fitted_table(shown, terminal_width()) + "\n" + ", ".join(e for e in extras if e)
+
+
+def serve_load(row: dict) -> str:
+    """'concurrency 8', 'rate 4 req/s', or both (a rate with a cap on requests in flight)."""
+    parts = [f"concurrency {row['concurrency']}" if row.get("concurrency") else "",
+             f"rate {row['request_rate']:g} req/s" if row.get("request_rate") else ""]
+    return ", ".join(p for p in parts if p) or "one request at a time"
 
 
 def fitted_table(table, width: int | None) -> str:
