@@ -107,6 +107,14 @@ def test_a_cpu_run_gives_a_gpu_roofline_bound_with_no_band(cpu_run):
     assert rows[0]["predicted"] > rows[1]["predicted"]  # an H100 over an L4, by the spec sheets
 
 
+def test_a_bound_needs_no_peak_of_the_cpu(cpu_run, tmp_path):
+    # (a memory-bound model's rows have no peak_tflops: the bound reads the target's ceilings alone)
+    write_run(tmp_path, "nopeak", [{**r, "peak_tflops": None} for r in iter_rows(cpu_run)])
+    (row,), notes = predict_dir(tmp_path, [spec("H100-SXM5-80GB")])
+    (with_peak,), _ = predict_dir(cpu_run, [spec("H100-SXM5-80GB")])
+    assert not notes and row["kind"] == "bound" and row["predicted"] == with_peak["predicted"]
+
+
 def as_gpu_rows(cpu_run, tmp_path, name="a100", **changes) -> Path:
     """The tiny CPU run's rows as an A100 would record them, with `changes` (batch, mode, task, ...)."""
     rows = [{**r, "device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "peak_tflops": 19.5,
@@ -140,7 +148,8 @@ def test_an_emulated_precision_or_a_serving_point_is_refused_and_says_why(cpu_ru
     assert rows == [] and len(notes) == 1 and "amp-bf16 is emulated on NVIDIA A100-SXM4-80GB" in notes[0]
     assert "measure fp32 (native)" in notes[0] and notes[0].endswith("not predicted")
     rows, notes = predict_dir(as_gpu_rows(cpu_run, tmp_path, "serve", mode="serve"), [spec("H100-SXM5-80GB")])
-    assert rows == [] and "a serving point is not predicted" in notes[0] and "bytes?" not in notes[0]
+    assert rows == [] and "serve" in notes[0] and "a serving point: `bench predict` models one training" in notes[0]
+    assert "bytes?" not in notes[0] and notes[0].count("not predicted") == 1
 
 
 def test_a_disturbed_source_says_re_measure(cpu_run, tmp_path):

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from bench_core.errors import ConfigError
-from bench_core.predict.model import TERMS, Profile, Setup, predict
+from bench_core.predict.model import TERMS, Profile, Setup, Times, predict, times
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.disturbed import RE_MEASURE, disturbances
@@ -54,7 +54,8 @@ def configurations(rows: list[dict]) -> list[dict]:
     for group in groups.values():
         first = group[0]
         merged = {k: first.get(k) for k in (*WORKLOAD, "device_type", "device_name", "peak_tflops", "peak_source",
-                                            "params_count", "sample_unit", "task", "precision_support")}
+                                            "params_count", "sample_unit", "task", "precision_support",
+                                            "concurrency")}
         merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(r.get("noise_flags") or "").split(";")
                                                  if f})) or None
         for k in NEEDED:
@@ -129,8 +130,8 @@ def band_text(group: str, measured: tuple[float, int] | None) -> str:
 def refusal(conf: dict) -> str | None:
     """Why a configuration cannot stand for a GPU, or None."""
     if conf.get("mode") == "serve":
-        return ("a serving point is not predicted: `bench predict` models one training or inference step from "
-                "its counted FLOPs and bytes, and a serve row has a server's requests, not steps")
+        return ("a serving point: `bench predict` models one training or inference step from its counted FLOPs "
+                "and bytes, and a serve row has a server's requests, not steps")
     if conf.get("precision_support") == "emulated":
         return (f"{conf['precision']} is emulated on {conf.get('device_name')}: its efficiency describes the "
                 "emulation, not a GPU's tensor cores; measure fp32 (native) there to predict from")
@@ -143,37 +144,51 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
     rows, notes = [], []
     measured_bands = bands()
     for conf in configurations(ok_rows(result_dir)):
-        label = f"{conf['model']} {conf['mode']} {conf['precision']} bs {conf['batch_size']} on {conf.get('device_name')}"
+        size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
+        label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
+                 f"{conf.get('device_name') or 'a device the row does not name'}")
         why = refusal(conf)
         missing = [k for k in NEEDED if not conf.get(k)]
         if why or missing:
             notes.append(f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted")
             continue
-        src = source_setup(conf)
         group = group_of(conf)
+        bound = group == CPU_SOURCE
+        try:  # a bound needs no source device: only the counts and the target's ceilings
+            src = None if bound else source_setup(conf)
+        except ConfigError as exc:
+            notes.append(f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted")
+            continue
         measured = measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
-            p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
-            bound = group == CPU_SOURCE
-            value = roofline(p, dst) if bound else p.value
+            if bound:
+                t = times(profile_of(conf), dst, terms)
+                value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
+            else:
+                p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
+                value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
             error = measured[0] if measured else None
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                          "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
-                         "measured_on": f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
+                         "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
+                         else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
                          "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
                          "group": group, "band": error, "band_text": band_text(group, measured),
                          "low": value * (1 - error) if error else None, "high": value * (1 + error) if error else None,
-                         "binds": p.target.binds, "efficiency": None if bound else p.efficiency, "math": dst.math,
+                         "binds": binds, "efficiency": efficiency, "math": dst.math,
                          "sample_unit": conf.get("sample_unit") or "samples/s",
                          "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
                                        if disturbances(conf.get("noise_flags")) else None),
-                         "note": ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no "
-                                  "efficiency carried over from the CPU)" if bound else p.note)})
+                         "note": note})
     return rows, notes
 
 
-def roofline(p, target: Setup) -> float:
+BOUND_NOTE = ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no efficiency carried over "
+              "from the CPU)")
+
+
+def roofline(t: Times, target: Setup) -> float:
     """Samples/s at the target's ceilings with nothing lost: an upper bound, not a prediction."""
     batch = target.batch or 1.0
-    return target.gpus * batch / (batch * p.target.sample_s + p.target.comm_s)
+    return target.gpus * batch / (batch * t.sample_s + t.comm_s)
