@@ -74,3 +74,22 @@ def test_the_variant_table_and_the_verdict_line_agree():
     assert result.verdict == "slower"
     assert result.ratio == pytest.approx(result.mean_b / result.mean_a, rel=1e-12)
     assert result.mean_b < result.mean_a  # the disturbed fourth round (B 900) does not make B look faster
+
+
+def test_a_verdict_on_an_emulated_precision_says_so():
+    """fp32 against amp-bf16 on a CPU that emulates bf16: 'SLOWER' alone reads as "AMP hurts", which no
+    GPU would show; the verdict line carries the emulation."""
+    def rows(precision, support):
+        return [{"status": "ok", "precision": precision, "precision_support": support, "device_type": "cpu",
+                 "step_time_ms_median": 10.0, "first_step_ms": 1.0, "compile_s": None, "run_id": "r"}] * 4
+    config = {"model": "resnet18", "mode": "train", "precision": "fp32", "batch_size": 4, "width": 32, "height": 32,
+              "device": "cpu"}
+    result = Comparison("precision=fp32", "precision=amp-bf16", config, {**config, "precision": "amp-bf16"}, 4, 0.02,
+                        order=["AB", "BA", "AB", "BA"], samples_per_s_a=[100.0, 101, 99, 100],
+                        samples_per_s_b=[6.0, 6.1, 5.9, 6.0], disturbed=[""] * 4,
+                        rows_a=rows("fp32", "native"), rows_b=rows("amp-bf16", "emulated"))
+    judge(result)
+    verdict = result.format().splitlines()[-1]
+    assert "SLOWER" in verdict and verdict.endswith("; emulated on this CPU: amp-bf16 (B): not what a GPU would show")
+    result.rows_b = rows("amp-bf16", "native")  # natively run, the verdict stands alone
+    assert "emulated" not in result.format().splitlines()[-1]

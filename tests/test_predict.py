@@ -168,7 +168,7 @@ def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(cpu_run,
     assert "±" not in done.stdout  # no band: no pair measures a CPU source
     unknown = bench_here(capsys, "predict", "--from", str(cpu_run), "--gpu", "H100")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
-    assert "gpu" in unknown.stderr and "H100-SXM5-80GB" in unknown.stderr
+    assert "gpu" in unknown.stderr and "(did you mean H100-SXM5-80GB or H100-PCIE-80GB?)" in unknown.stderr
     empty = bench_here(capsys, "predict", "--from", str(cpu_run / "runs"), "--gpu", "B200")
     assert empty.returncode == 2 and "from" in empty.stderr and "no ok rows" in empty.stderr
     table = bench_here(capsys, "predict", "--error-table")

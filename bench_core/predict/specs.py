@@ -4,6 +4,7 @@ each figure with its source.
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from dataclasses import dataclass, field
@@ -68,7 +69,11 @@ def spec(name: str, field_name: str = "gpu") -> Spec:
                 raise ConfigError(field_name, f"{s.gpu} has no {', '.join(missing)} in gpu_peaks.csv; "
                                               f"allowed: {', '.join(predictable_names())}")
             return s
-    raise ConfigError(field_name, f"unknown GPU '{name}'; allowed: {', '.join(predictable_names())}")
+    names = predictable_names()
+    guesses = [n for n in names if name.strip().lower() in n.lower()] or \
+        difflib.get_close_matches(name.strip(), names, n=2, cutoff=0.5)
+    hint = f" (did you mean {' or '.join(guesses[:3])}?)" if name.strip() and guesses else ""
+    raise ConfigError(field_name, f"unknown GPU '{name}'{hint}; allowed: {', '.join(names)}")
 
 
 def spec_for_device(device_name: str) -> Spec | None:

@@ -97,14 +97,26 @@ class Comparison:
                 flags = self.disturbed[i] if i < len(self.disturbed) else ""
                 lines.append(f"{i + 1:5d} {order:>5s} {a:12.4g} {b:12.4g} {b / a:7.3f}  "
                              f"{f'{flags}: left out' if flags else '-'}".rstrip())
+        emulated = self.emulated()
         if self.verdict and self.ci_low is not None:
             lines.append(f"B/A throughput = {self.ratio:.3f} ({CONFIDENCE:.0%} CI {self.ci_low:.3f} to "
-                         f"{self.ci_high:.3f}, {len(judged)} rounds): {self.verdict.upper()} - {self.reason}")
+                         f"{self.ci_high:.3f}, {len(judged)} rounds): {self.verdict.upper()} - {self.reason}{emulated}")
         elif self.verdict:
-            lines.append(f"B/A throughput: {self.verdict.upper()} - {self.reason}")
+            lines.append(f"B/A throughput: {self.verdict.upper()} - {self.reason}{emulated}")
         else:
             lines.append(f"no verdict: {self.reason}")
         return "\n".join(lines)
+
+    def emulated(self) -> str:
+        """'; emulated on this CPU: amp-bf16 (B): not what a GPU would show', or '': a verdict on an
+        emulated precision describes the emulation, and must say so where it is read."""
+        found = [f"{rows[0]['precision']} ({name})" for name, rows in (("A", self.rows_a), ("B", self.rows_b))
+                 if rows and rows[0].get("precision_support") == "emulated"]
+        if not found:
+            return ""
+        device = self.rows_a[0].get("device_type") if self.rows_a else None
+        where = "this CPU" if device == "cpu" else "this device"
+        return f"; emulated on {where}: {', '.join(found)}: not what a GPU would show"
 
 
 def number(value: float | None, width: int) -> str:
