@@ -306,3 +306,32 @@ def test_channels_last_runs_and_is_recorded():
     rows = run_benchmark(BenchConfig(model="resnet18", width=32, height=32, batch_size=2, steps=2, warmup_steps=1,
                                      repeats=1, min_seconds=0, device="cpu", channels_last=True))
     assert rows[0]["status"] == "ok" and rows[0]["channels_last"] is True
+
+
+def test_a_long_warm_up_says_how_long_and_follows_each_step(monkeypatch, tiny_config):
+    """A warm-up whose steps left will take PROGRESS_AFTER_S or more says so after the first step and
+    follows each step with what is left (the threshold lowered so a tiny run crosses it)."""
+    from bench_core.run import estimate
+    monkeypatch.setattr(estimate, "PROGRESS_AFTER_S", 0.0)
+    lines: list[str] = []
+    rows = run_benchmark(tiny_config(warmup_steps=3), progress=lines.append)
+    assert rows[0]["status"] == "ok"
+    warm = [line for line in lines if ": warm-up" in line]
+    assert warm[1].startswith("resnet18 train fp32 bs=2: warm-up: first step ") and "for the 3 steps left" in warm[1]
+    assert [line.split(": ", 1)[1] for line in warm[2:]] == ["warm-up step 1 done; 1 left, about 0 s",
+                                                             "warm-up step 2 done; 0 left, about 0 s"]
+    monkeypatch.setattr(estimate, "PROGRESS_AFTER_S", 1e9)  # a short warm-up says only that it starts
+    lines.clear()
+    run_benchmark(tiny_config(warmup_steps=3), progress=lines.append)
+    assert [line for line in lines if ": warm-up" in line] == ["resnet18 train fp32 bs=2: warm-up"]
+
+
+def test_a_long_warm_up_of_an_emulated_precision_says_why(monkeypatch, tiny_config):
+    from bench_core.run import estimate
+    monkeypatch.setattr(estimate, "PROGRESS_AFTER_S", 0.0)
+    lines: list[str] = []
+    row = run_benchmark(tiny_config(precision="amp-fp16", warmup_steps=2, steps=1), progress=lines.append)[0]
+    said = next(line for line in lines if ": warm-up: first step" in line)
+    # (whether this CPU emulates fp16 is read from the row: the AVX2 and AVX-512 machines CI runs on do)
+    assert said.endswith("(amp-fp16 is emulated on this cpu: slower than fp32)") == \
+        (row["precision_support"] == "emulated")

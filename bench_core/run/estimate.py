@@ -26,6 +26,33 @@ class LongStepWarning(UserWarning):
     """A configuration's warm-up is estimated far beyond a run's budget: said before it starts."""
 
 
+# A warm-up whose steps left after the first will take this long or more is followed step by step:
+# the first step's time, what is left, and each further step (an emulated precision sat in warm-up
+# for over 10 minutes with no line).
+PROGRESS_AFTER_S = 20.0
+
+
+def say_warmup(say, cfg, first_s: float, run: dict) -> None:
+    """After the first step: when the rest of the warm-up will take PROGRESS_AFTER_S or more, say how
+    long, and why where the precision is only emulated here."""
+    left = warmup_steps_left(cfg.warmup_steps, first_done=True)
+    if first_s * left < PROGRESS_AFTER_S:
+        return
+    why = (f" ({cfg.precision} is emulated on this {run.get('device_type') or 'device'}: slower than fp32)"
+           if run.get("precision_support") == "emulated" else "")
+    say(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up: first step {duration_text(first_s)}; "
+        f"about {duration_text(first_s * left)} for the {left} steps left{why}")
+
+
+def say_warmup_step(say, cfg, done: int, first_s: float) -> None:
+    """Each further warm-up step of a long warm-up (see say_warmup), with what is left."""
+    total = warmup_steps_left(cfg.warmup_steps, first_done=True)
+    left = total - 2 - done  # the FLOP-counting step and `done + 1` warm-up steps are behind
+    if first_s * total >= PROGRESS_AFTER_S:
+        say(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up step {done + 1} done; "
+            f"{left} left, about {duration_text(first_s * left)}")
+
+
 def duration_text(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"

@@ -211,6 +211,7 @@ class Session:
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up")
         backend.reset_peak_memory()
         first_s = time_one(self.step, backend)
+        estimate.say_warmup(self.progress, cfg, first_s, run)
         if not warned:
             estimate.check_first_step(cfg, task, first_s)
         losses = [self._loss()]
@@ -222,9 +223,10 @@ class Session:
         # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
         del eager_step
         warm_start = time.perf_counter()
-        for _ in range(max(cfg.warmup_steps - 1, 0)):
+        for done in range(max(cfg.warmup_steps - 1, 0)):
             self.step()
             losses.append(self._loss())
+            estimate.say_warmup_step(self.progress, cfg, done, first_s)
         backend.synchronize()
         run["warmup_s"] = time.perf_counter() - warm_start
         if cfg.mode == "train":  # each rank's loss is of its part of the global batch: the mean is the batch's
