@@ -31,7 +31,7 @@ from bench_core.measure import environment
 
 SWEEP = "params/acceptance.yaml"           # selects gpu-acceptance.yaml or acceptance-cpu.yaml
 DEFAULT_OUT = "outputs/acceptance"
-DEFAULT_BUDGET_S = 500.0
+DEFAULT_BUDGET_S = 540.0
 # Shares of what is left of the budget when a step starts; the sweep gets the rest, less what the
 # steps after it are kept (so a sweep that runs long cannot starve them).
 RESERVED_AFTER_SWEEP_S = {"selftest": 180.0, "report": 30.0}
