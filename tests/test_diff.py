@@ -163,6 +163,16 @@ def test_half_the_speed_is_flagged_slower_and_exits_1(quiet, capsys, tmp_path):
                                               "new": "9.9.9"}]
 
 
+def test_a_verdict_on_an_emulated_precision_says_so(quiet, capsys, tmp_path):
+    old, new = quiet
+    emulated = [edited_copy(d, tmp_path / d.name, lambda r: {**r, "precision_support": "emulated"}) for d in quiet]
+    code, out, _ = bench(capsys, "diff", *map(str, emulated), "--json")
+    notes = [c["note"] for c in json.loads(out)["configurations"]]
+    assert notes and all("emulated on this CPU: not what a GPU would show" in n for n in notes)
+    code, out, _ = bench(capsys, "diff", str(old), str(new), "--json")
+    assert not any("emulated" in c["note"] for c in json.loads(out)["configurations"])
+
+
 def test_a_configuration_that_fails_now_is_a_regression_and_the_html_is_self_contained(quiet, capsys, tmp_path):
     old, new = quiet
 

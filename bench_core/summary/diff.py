@@ -278,7 +278,7 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
            "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "detectable": "", "verdict": "",
            "regression": False, "flag": "", "reason": "",
            "note": "; ".join(failures_note(old, "old") + failures_note(new, "new")
-                             + noise_note(old_ok, "old") + noise_note(new_ok, "new"))}
+                             + noise_note(old_ok, "old") + noise_note(new_ok, "new") + emulated_note(group))}
     if not len(old) or not len(new):
         out.update(verdict="added" if len(new) else "removed",
                    reason=f"only in {'NEW' if len(new) else 'OLD'} ({out['new_repeats' if len(new) else 'old_repeats']})")
@@ -347,6 +347,17 @@ def failures_note(rows: pd.DataFrame, side: str) -> list[str]:
         return []
     statuses = ", ".join(sorted(set(failed["status"])))
     return [f"{side}: {len(failed)}/{len(rows)} {statuses}"]
+
+
+def emulated_note(group: pd.DataFrame) -> list[str]:
+    """'emulated on this CPU: not what a GPU would show' where a side ran the precision in emulation
+    (the precision's label says which): a verdict on it describes the emulation, and stands as a
+    regression gate of this CPU only."""
+    if "precision_support" not in group or not (group["precision_support"] == "emulated").any():
+        return []
+    first = group[group["precision_support"] == "emulated"].iloc[0]
+    where = "this CPU" if first.get("device_type") == "cpu" else "this device"
+    return [f"emulated on {where}: not what a GPU would show"]
 
 
 def noise_note(ok: pd.DataFrame, side: str) -> list[str]:
