@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import psutil
+import torch
 
 from bench_core.files import atomic_write_text
 from bench_core.launch.supervisor import python_command, supervise
@@ -92,9 +93,9 @@ def run(out: Path, budget_s: float = DEFAULT_BUDGET_S, sweep: str = SWEEP,
             result.steps.append(StepResult(step.name, None, 0.0, True, "not started: budget spent"))
             continue
         say(f"== {step.name} (at most {limit:.0f} s): bench {' '.join(step.args)}")
+        # Every line shown as it comes (say returns None: no line is claimed, the tail keeps them).
         outcome = supervise(python_command("-m", "bench_core", *step.args), env=env, limit_s=limit,
-                            log_path=out / step.log,
-                            on_line=lambda line: say(f"   {line}") and False)
+                            log_path=out / step.log, on_line=lambda line: say(f"   {line}"))
         result.steps.append(StepResult(step.name, outcome.returncode, round(outcome.seconds, 1), outcome.timed_out,
                                        outcome.last_line("")[:300]))
         ended = "stopped at its limit" if outcome.timed_out else f"exit {outcome.returncode}"
@@ -109,7 +110,6 @@ def write_environment(out: Path) -> None:
     """environment.json (this package's fingerprint of the machine) and, where there is one, the
     driver's own account of the GPU (`nvidia-smi -q`)."""
     try:
-        import torch
         device = torch.device("cuda", 0) if torch.cuda.is_available() else None
         env = environment.collect(device)
     except Exception as exc:  # noqa: BLE001 - a broken environment is itself a finding
