@@ -3,6 +3,7 @@ __version__ = "0.1.0"
 
 from bench_core.config.schema import BenchConfig  # noqa: E402
 from bench_core.errors import ConfigError  # noqa: E402
+from bench_core.workload.custom import UserModel  # noqa: E402
 
 
 def run_benchmark(cfg, progress=None):
@@ -20,4 +21,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'bench_core' has no attribute {name!r}")
 
 
-__all__ = ["BenchConfig", "ConfigError", "run_benchmark", "__version__"]
+__all__ = ["BenchConfig", "ConfigError", "UserModel", "run_benchmark", "__version__"]

@@ -29,6 +29,22 @@ class ConfigError(ValueError):
         super().__init__(f"{self.field}: {problem}")
 
 
+def user_frame(exc: BaseException) -> str:
+    """' (at net.py:42 in forward)': the last frame of an exception's traceback in code that is neither
+    bench_core's, Python's nor an installed library's (the user's model, a notebook cell); '' where none is."""
+    import sysconfig
+    import traceback
+    ours = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    libraries = tuple({os.path.abspath(p) + os.sep for p in sysconfig.get_paths().values()} |
+                      {os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)} - {os.sep})
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if not frame.filename.startswith("<frozen") and not path.startswith(ours) and not path.startswith(libraries):
+            found = frame
+    return f" (at {os.path.basename(found.filename)}:{found.lineno} in {found.name})" if found else ""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler, `kill`, `timeout`), raised where Ctrl-C would be and handled like it:
     what finished is kept, the rest is recorded as interrupted, children are stopped."""

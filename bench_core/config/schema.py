@@ -51,7 +51,8 @@ class BenchConfig:
     """One benchmark configuration: a model, a mode, a precision, a shape, a device."""
 
     model: str = field(default="resnet50", metadata=_opt(
-        "model name (see `bench models`), or timm:<name> / torchvision:<name>"))
+        "model name (see `bench models`), timm:<name> / torchvision:<name> / hf:<model_type>, or your own model "
+        "from your own code: code:<file.py>:<function> or code:<module>:<function> (docs/custom-models.md)"))
     mode: str = field(default="train", metadata=_opt(
         "train, infer (one forward pass; diffusion: a denoising step; speech: the encoder), generate (text "
         "decoders, speech: a prompt, then new_tokens tokens with the KV cache) or serve (a causal LM behind a serving "

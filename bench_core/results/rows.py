@@ -11,6 +11,7 @@ import math
 import uuid
 
 from bench_core.config.schema import BenchConfig
+from bench_core.errors import user_frame
 
 # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
@@ -32,7 +33,9 @@ from bench_core.config.schema import BenchConfig
 #    throughput_per_device, exposed_comm_share, exposed_comm_method); fp8: float8_linears, mfu_bf16_peak,
 #    peak_tflops_bf16; serve: shared_prefix_len, energy_j_per_output_token; timed_s_host and
 #    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
-SCHEMA_VERSION = 6
+# 7: a model from your own code (model code:<file>:<function>@<hash>): model_code_path, model_code_sha256,
+#    model_code_commit
+SCHEMA_VERSION = 7
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -61,7 +64,12 @@ _MEASURED = [
     ("precision_support", "native | emulated: whether this device runs the precision in hardware (bench sysinfo)"),
     ("data", "always 'synthetic': random tensors made once on the device"),
     ("task", "what the model is run for: classification, segmentation, detection, instance-segmentation, "
-             "volumetric, masked-lm, causal-lm, seq2seq-lm, recommendation, diffusion, speech-to-text"),
+             "volumetric, masked-lm, causal-lm, seq2seq-lm, recommendation, diffusion, speech-to-text, custom "
+             "(a model from your code: model is then code:<file>:<function>@<first 8 of its sha256>)"),
+    ("model_code_path", "a model from your code (code:...): the file it was read from"),
+    ("model_code_sha256", "a model from your code: the sha256 of that file's content (model carries its first 8)"),
+    ("model_code_commit", "a model from your code: the git commit of the checkout holding the file, '-dirty' "
+                          "when the file differs from it; empty outside git"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
                     "'prompt 256 + 64 new tokens' (a generation), '4x64x64 latent (512 px)' (a diffusion "
                     "model's; in infer with ', CFG, 50 steps'), '3000 frames (30 s) + 128 tokens' (an utterance)"),
@@ -356,8 +364,9 @@ def first_line(text: str, limit: int = 500) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    """`Type: first line of the message`, as failure rows and notes carry it."""
-    return f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}"
+    """`Type: first line of the message`, as failure rows and notes carry it, and where the user's own
+    code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'."""
+    return f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}{user_frame(exc)}"
 
 
 def make_row(**values) -> dict:

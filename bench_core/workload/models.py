@@ -14,10 +14,10 @@ import types
 from pathlib import Path
 
 from bench_core.errors import ConfigError
-from bench_core.workload import detection, diffusion, recommendation, speech, text, vision, volumetric
+from bench_core.workload import custom, detection, diffusion, recommendation, speech, text, vision, volumetric
 from bench_core.workload.family import SHAPE_FIELDS, ModelSpec, Task
 
-FAMILIES = (vision, volumetric, detection, text, recommendation, diffusion, speech)
+FAMILIES = (vision, volumetric, detection, text, recommendation, diffusion, speech, custom)
 TASKS: dict[str, Task] = {task.name: task for family in FAMILIES for task in family.TASKS}
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for family in FAMILIES for spec in family.MODELS}
 PREFIXES = {prefix: make for family in FAMILIES for prefix, make in getattr(family, "PREFIXES", {}).items()}
