@@ -31,7 +31,7 @@ def test_the_readme_has_a_block_to_try():
 @pytest.mark.slow
 def test_readme_cpu_commands_run_as_written(tmp_path):
     # A scratch working directory that looks like the repository, so outputs land in tmp_path.
-    for name in ("README.md", "docs", "notebooks", "params", "pyproject.toml"):
+    for name in ("README.md", "docs", "examples", "notebooks", "params", "pyproject.toml"):
         (tmp_path / name).symlink_to(ROOT / name)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "MPLBACKEND": "Agg"}
