@@ -377,3 +377,144 @@ def test_a_point_runs_where_an_event_loop_already_runs(session, folder):
         return session.measure(serve_config(folder, concurrency=1, steps=2, warmup_steps=0))
     row = asyncio.run(in_a_notebook_kernel())[0]
     assert row["status"] == "ok" and row["requests_ok"] == 2, row["message"]
+
+
+# -- traffic as production looks: lengths, prompt files, traces, conversations, the ladder ------------------
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "serving"
+
+
+def test_lognormal_lengths_vary_per_request_from_the_seed_and_the_engine_counts_them(session, folder):
+    cfg = serve_config(folder, concurrency=2, steps=8, prompt_len=16, new_tokens=6, length_dist="lognormal:0.5")
+    (row,) = session.measure(cfg)
+    assert row["status"] == "ok" and row["length_dist"] == "lognormal:0.5", row["message"]
+    assert row["traffic"] == "lognormal:0.5 lengths around prompt 16 + 6 new tokens"
+    _, records = read_records(Path(row["records_file"]))
+    asked = [r.prompt_len for r in records]
+    assert len(set(asked)) > 2 and [r.prompt_tokens for r in records] == asked  # exact, by the engine's count
+    assert all(r.output_tokens <= r.max_tokens for r in records) and len({r.max_tokens for r in records}) > 1
+    from bench_core.serving.traffic import Traffic
+    again = Traffic(cfg, session.prompts, session.model, session.engine, session.tokenizer, session.context)
+    assert [again.lengths(r.index, 0)[0] for r in records] == asked  # the same seed draws the same lengths
+    assert figures_of(row) == {k: row[k] for k in figures_of(row)}
+
+
+def test_prompts_from_a_jsonl_file_with_conversations_are_sent_and_counted_with_the_served_tokenizer(session, folder):
+    (row,) = session.measure(serve_config(folder, concurrency=2, steps=6, prompt_file=str(EXAMPLES / "prompts.jsonl")))
+    assert row["status"] == "ok" and row["traffic"] == "prompts from prompts.jsonl (6 lines)", row["message"]
+    _, records = read_records(Path(row["records_file"]))
+    assert sorted(r.source_line for r in records) == [1, 2, 3, 4, 5, 6]
+    assert all(r.prompt_tokens == r.prompt_len for r in records)  # counted here as the engine counts
+    assert {r.max_tokens for r in records if r.source_line == 2} == {24}  # the line's own max_tokens
+    assert figures_of(row) == {k: row[k] for k in figures_of(row)}
+
+
+def test_a_replayed_trace_arrives_at_the_traces_times_within_5_percent(session, folder):
+    from bench_core.config.traffic import read_trace
+    trace = read_trace(str(EXAMPLES / "trace-mooncake.jsonl"))
+    (row,) = session.measure(serve_config(folder, steps=len(trace), trace_file=str(EXAMPLES / "trace-mooncake.jsonl")))
+    assert row["status"] == "ok" and row["concurrency"] is None, row["message"]
+    _, records = read_records(Path(row["records_file"]))
+    assert [r.scheduled_s for r in records] == pytest.approx([line.arrival_s for line in trace])
+    sends = [r.send_s - records[0].send_s for r in records]
+    assert sends[-1] == pytest.approx(trace[-1].arrival_s, rel=0.05)  # the run's span, as the trace's
+    assert [r.prompt_tokens for r in records] == [line.input_len for line in trace]
+    assert all(r.output_tokens <= line.output_len for r, line in zip(records, trace))
+    assert row["send_lag_ms_p99"] >= 0 and figures_of(row) == {k: row[k] for k in figures_of(row)}
+
+
+def test_a_three_turn_conversation_resends_its_history_and_says_ttft_by_turn(session, folder):
+    from bench_core.results.disturbed import disturbances
+    (row,) = session.measure(serve_config(folder, concurrency=2, steps=6, prompt_len=8, new_tokens=4, turns=3))
+    assert row["status"] == "ok" and row["conversations"] == 2, row["message"]
+    _, records = read_records(Path(row["records_file"]))
+    for talk in (0, 1):
+        turns = sorted((r for r in records if r.conversation == talk), key=lambda r: r.turn)
+        assert [r.turn for r in turns] == [1, 2, 3]
+        for before, after in zip(turns, turns[1:]):  # each turn: the history (the last prompt and reply) + 8 tokens
+            assert after.prompt_tokens >= before.prompt_tokens + before.output_tokens + 8
+            assert after.send_s >= before.end_s
+    assert [part.split(":")[0] for part in row["ttft_ms_p50_by_turn"].split(" · ")] == ["1", "2", "3"]
+    assert "conversation-prefix" in row["noise_flags"] and not disturbances(row["noise_flags"])  # by design
+    assert figures_of(row) == {k: row[k] for k in figures_of(row)}
+
+
+def test_the_ladder_doubles_the_load_until_it_saturates_and_the_report_draws_its_frontier(session, folder, tmp_path):
+    from bench_core import results
+    from bench_core.scenarios.ladder import LAST_RUNG, climb
+    from bench_core.summary.load import load_results
+    from bench_core.summary.serving import frontier_points, serving_points
+    cfg = serve_config(folder, steps=4, warmup_steps=0, price_per_hour=2.0)
+    ladder = climb(cfg, "concurrency", max_points=8, session=session)
+    assert ladder.stop != LAST_RUNG and len(ladder.rungs) >= 2, ladder.why  # it stopped by itself
+    assert [r.load for r in ladder.rungs] == [2.0 ** k for k in range(len(ladder.rungs))]
+    assert all(len(r.rows) == 1 and r.rows[0]["steps"] >= 2 * r.load for r in ladder.rungs)  # 2 requests a user
+    for rung in ladder.rungs:
+        results.write_run(tmp_path, rung.rows[0]["run_id"], rung.rows)
+    points = serving_points(load_results([tmp_path]))
+    front = frontier_points(points.assign(curve="c"))
+    assert 1 <= len(front) <= len(points) and front["cost_per_million"].notna().all()
+    for p in front.to_dict("records"):  # no measured point beats a frontier point in both
+        assert not ((points["tokens_per_s_per_user"] > p["tokens_per_s_per_user"]) &
+                    (points["output_tokens_per_s"] > p["output_tokens_per_s"])).any()
+
+
+@pytest.mark.parametrize("flags, field, words", [
+    (["--length-dist", "lognormal:-1"], "length_dist", "impossible"),
+    (["--length-dist", "uniform:1.5"], "length_dist", "impossible"),
+    (["--length-dist", "zipf:2"], "length_dist", "unknown shape 'zipf'"),
+    (["--prompt-file", "{bad_line}"], "prompt_file", "line 2 is not JSON"),
+    (["--prompt-file", "{empty}"], "prompt_file", "is empty"),
+    (["--prompt-file", "{no_prompt}"], "prompt_file", "line 1 has neither"),
+    (["--trace-file", "{backwards}"], "trace_file", "line 3: time goes backwards"),
+    (["--trace-file", "{no_length}"], "trace_file", "line 1 lacks a length"),
+    (["--prompt-file", "{long}"], "prompt_file", "beyond the model's context of 128"),
+    (["--turns", "40", "--prompt-len", "64", "--new-tokens", "64"], "turns", "beyond the model's context"),
+    (["--turns", "2", "--request-rate", "3"], "turns", "request_rate contradicts it"),
+])
+def test_bad_traffic_is_one_line_naming_the_field_and_nothing_is_written(capsys, tmp_path, folder, flags, field, words):
+    files = {"bad_line": '{"prompt": "a"}\n{"prompt": \n', "empty": "\n", "no_prompt": '{"text": "a"}\n',
+             "backwards": '{"timestamp": 0, "input_length": 4, "output_length": 2}\n'
+                          '{"timestamp": 50, "input_length": 4, "output_length": 2}\n'
+                          '{"timestamp": 20, "input_length": 4, "output_length": 2}\n',
+             "no_length": '{"timestamp": 0, "input_length": 4}\n',
+             "long": json.dumps({"prompt": " word" * 200}) + "\n"}
+    for name, text in files.items():
+        (tmp_path / f"{name}.jsonl").write_text(text)
+    given = [flag.format(**{name: tmp_path / f"{name}.jsonl" for name in files}) for flag in flags]
+    small = tmp_path / "small"  # the model folder with a context of 128 positions
+    small.mkdir()
+    for item in folder.iterdir():
+        if item.name != "config.json":
+            (small / item.name).symlink_to(item)
+    config = json.loads((folder / "config.json").read_text())
+    (small / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 128}))
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(small),
+                      "--prompt-len", "8", "--new-tokens", "4", *given, "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"bench run: error: {field}:") and words in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_the_prefix_cache_hit_rate_of_a_point_is_read_from_the_engines_counters():
+    from bench_core.serving.server_metrics import Scraper
+    page = ("# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{{model_name=\"m\"}} {q}\n"
+            "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{{model_name=\"m\"}} {h}\n")
+    scraper = Scraper("unused")
+    for queries, hits in ((1000, 100), (1500, 400), (3000, 1300)):
+        scraper.take(page.format(q=queries, h=hits))
+    assert scraper.figures()["prefix_cache_hit_rate"] == pytest.approx((1300 - 100) / (3000 - 1000))
+    sglang = Scraper("unused")
+    for rate in (0.5, 0.7):
+        sglang.take(f"# TYPE sglang:cache_hit_rate gauge\nsglang:cache_hit_rate{{model_name=\"m\"}} {rate}\n")
+    assert sglang.figures()["prefix_cache_hit_rate"] == pytest.approx(0.6)
+
+
+def test_an_open_loop_the_server_cannot_keep_up_with_stops_as_over_saturated(session, folder):
+    # Last in this file: the requests it leaves in the server's queue slow no later test of this server.
+    (row,) = session.measure(serve_config(folder, request_rate=400.0, steps=2000, saturation_s=1.0, warmup_steps=0,
+                                          max_error_rate=1.0))
+    assert row["status"] == "error" and row["over_saturated"] is True, row["message"]
+    assert row["message"].startswith("over-saturated: over the last 1 s,") and "the queue grew by" in row["message"]
+    _, records = read_records(Path(row["records_file"]))
+    assert len(records) < 2000 and any(r.status == "cancelled" for r in records)

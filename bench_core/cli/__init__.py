@@ -44,6 +44,8 @@ COMMANDS = {
     "selftest": ("bench_core.cli.selftest", "check this machine's GPU (or CPU) paths with tiny runs: a pass/fail checklist"),
     "acceptance": ("bench_core.cli.acceptance", "run every GPU (or CPU) path in a few minutes: sysinfo, a sweep of "
                                                 "every family, selftest, report, and a table of checks"),
+    "ladder": ("bench_core.cli.ladder", "serve: double the load until the server saturates, then print the throughput / "
+                                        "interactivity frontier and the highest load meeting the SLO"),
     "predict": ("bench_core.cli.predict", "predict a GPU you have not measured from one you have: the ceiling that "
                                           "binds, and an error band where pairs of its kind were measured"),
 }

@@ -33,7 +33,8 @@ HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_pe
                    "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames",
                    *SERVE_FIELDS)
 # Fields added later still whose default is not None: they count in the hash only when not at this default.
-HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none", "shared_prefix_len": 0}
+HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none", "shared_prefix_len": 0,
+                   "length_dist": "fixed", "trace_time_scale": 1.0, "turns": 1, "think_time_s": 0.0, "saturation_s": 15.0}
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -167,6 +168,18 @@ class BenchConfig:
         "mode serve: leading tokens every prompt of the run shares (a system prompt), the rest of each prompt "
         "unique; 0 (default): every prompt starts differently, so no prefix cache answers it. Above 0 a warm "
         "prefix cache may inflate throughput: the row says so in noise_flags (shared-prefix)"))
+    length_dist: str | None = field(default=None, metadata=_opt(
+        "mode serve: lengths around prompt_len and new_tokens: fixed (default), uniform:R, normal:CV, lognormal:SIGMA"))
+    prompt_file: str | None = field(default=None, metadata=_opt(
+        "mode serve: JSONL of your prompts, a line each: {\"prompt\": ...} or {\"messages\": [...]}, [\"max_tokens\"]"))
+    trace_file: str | None = field(default=None, metadata=_opt(
+        "mode serve: JSONL trace to replay (Mooncake: timestamp ms, input_length, output_length); steps caps it"))
+    trace_time_scale: float | None = field(default=None, metadata=_opt("mode serve: trace gaps x this (default 1)"))
+    turns: int | None = field(default=None, metadata=_opt(
+        "mode serve: turns per conversation, each resending its history plus prompt_len new tokens (default 1)"))
+    think_time_s: float | None = field(default=None, metadata=_opt("mode serve, turns > 1: wait after a reply, s"))
+    saturation_s: float | None = field(default=None, metadata=_opt(
+        "mode serve, open loop: stop a point as over-saturated when its queue grows for this long (default 15)"))
 
     def __post_init__(self) -> None:
         _validate(self)

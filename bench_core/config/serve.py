@@ -4,15 +4,18 @@ empty, so every other configuration keeps its hash.
 """
 from __future__ import annotations
 
+from bench_core.config.traffic import parse_length_dist, read_prompt_file, read_trace
 from bench_core.config.values import as_choice, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 
 SERVE_FIELDS = ("engine", "server_url", "served_model", "model_dir", "server_args", "endpoint", "concurrency",
                 "request_rate", "burstiness", "request_timeout_s", "server_timeout_s", "slo_ttft_ms", "slo_tpot_ms",
-                "max_error_rate", "shared_prefix_len")
+                "max_error_rate", "shared_prefix_len", "length_dist", "prompt_file", "trace_file", "trace_time_scale",
+                "turns", "think_time_s", "saturation_s")
 SERVE_DEFAULTS = {"engine": "transformers", "endpoint": "completions", "burstiness": 1.0, "request_timeout_s": 120.0,
                   "server_timeout_s": 600.0, "slo_ttft_ms": 500.0, "slo_tpot_ms": 30.0, "max_error_rate": 0.5,
-                  "shared_prefix_len": 0}
+                  "shared_prefix_len": 0, "length_dist": "fixed", "trace_time_scale": 1.0, "turns": 1, "think_time_s": 0.0,
+                  "saturation_s": 15.0}
 ENDPOINTS = ("completions", "chat")
 # Limits that catch a typo (a million users, a billion requests/s) rather than a real load.
 MAX_CONCURRENCY, MAX_REQUEST_RATE = 100_000, 1_000_000.0
@@ -42,7 +45,7 @@ def validate_serving(cfg) -> None:
     if cfg.request_rate is not None and not 0 < cfg.request_rate <= MAX_REQUEST_RATE:
         raise ConfigError("request_rate", f"must be > 0 and <= {MAX_REQUEST_RATE:g} requests/s (leave it empty for a "
                                           f"closed loop), got {cfg.request_rate:g}")
-    if cfg.request_rate is None and cfg.concurrency is None:
+    if cfg.request_rate is None and cfg.concurrency is None and not cfg.trace_file:  # a trace: uncapped
         cfg.concurrency = 1
     for name in ("burstiness", "request_timeout_s", "server_timeout_s", "slo_ttft_ms", "slo_tpot_ms"):
         value = as_float(name, getattr(cfg, name), minimum=float("-inf"))
@@ -53,6 +56,41 @@ def validate_serving(cfg) -> None:
     if cfg.max_error_rate > 1:
         raise ConfigError("max_error_rate", f"must be a fraction in [0, 1], got {cfg.max_error_rate:g}")
     cfg.shared_prefix_len = as_int("shared_prefix_len", cfg.shared_prefix_len, minimum=0)
+    validate_traffic(cfg)
+
+
+def validate_traffic(cfg) -> None:
+    """Lengths, prompt and trace files, conversations: each checked, and the combinations that contradict."""
+    cfg.length_dist = parse_length_dist(cfg.length_dist).text()
+    for name in ("prompt_file", "trace_file"):
+        value = getattr(cfg, name)
+        setattr(cfg, name, (as_str(name, value).strip() or None) if value is not None else None)
+    if cfg.prompt_file and cfg.trace_file:
+        raise ConfigError("trace_file", "a trace sets each request's lengths, a prompt_file its text: give one of them")
+    for name in ("prompt_file", "trace_file"):
+        if getattr(cfg, name) and cfg.length_dist != "fixed":
+            raise ConfigError("length_dist", f"{cfg.length_dist} contradicts {name}, which sets each request's "
+                                             "lengths; allowed with it: fixed")
+    if cfg.prompt_file:
+        read_prompt_file(cfg.prompt_file)
+    if cfg.trace_file:
+        read_trace(cfg.trace_file)
+        if cfg.request_rate:
+            raise ConfigError("request_rate", "the trace sets the arrivals (scale them with trace_time_scale); "
+                                              "leave request_rate empty")
+    cfg.trace_time_scale = as_float("trace_time_scale", cfg.trace_time_scale, minimum=float("-inf"))
+    if cfg.trace_time_scale <= 0:
+        raise ConfigError("trace_time_scale", f"must be a positive number, got {cfg.trace_time_scale:g}")
+    cfg.turns = as_int("turns", cfg.turns, minimum=1)
+    cfg.think_time_s = as_float("think_time_s", cfg.think_time_s)
+    if cfg.turns > 1:
+        for name in ("prompt_file", "trace_file", "request_rate"):
+            if getattr(cfg, name):
+                raise ConfigError("turns", f"{cfg.turns} turns are conversations of concurrency users in a closed "
+                                           f"loop; {name} contradicts it: leave it empty")
+    cfg.saturation_s = as_float("saturation_s", cfg.saturation_s, minimum=float("-inf"))
+    if cfg.saturation_s <= 0:
+        raise ConfigError("saturation_s", f"must be a positive number of seconds, got {cfg.saturation_s:g}")
 
 
 def check_shared_prefix(cfg) -> None:

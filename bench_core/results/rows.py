@@ -33,9 +33,9 @@ from bench_core.errors import user_frame
 #    throughput_per_device, exposed_comm_share, exposed_comm_method); fp8: float8_linears, mfu_bf16_peak,
 #    peak_tflops_bf16; serve: shared_prefix_len, energy_j_per_output_token; timed_s_host and
 #    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
-# 7: a model from your own code (model code:<file>:<function>@<hash>): model_code_path, model_code_sha256,
-#    model_code_commit
-SCHEMA_VERSION = 7
+# 7: model_code_path, model_code_sha256, model_code_commit (a model from your code); 8: serving traffic's
+#    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, prefix_cache_hit_rate, ...)
+SCHEMA_VERSION = 8
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -68,8 +68,7 @@ _MEASURED = [
              "(a model from your code: model is then code:<file>:<function>@<first 8 of its sha256>)"),
     ("model_code_path", "a model from your code (code:...): the file it was read from"),
     ("model_code_sha256", "a model from your code: the sha256 of that file's content (model carries its first 8)"),
-    ("model_code_commit", "a model from your code: the git commit of the checkout holding the file, '-dirty' "
-                          "when the file differs from it; empty outside git"),
+    ("model_code_commit", "a model from your code: the git commit holding the file ('-dirty': the file differs)"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
                     "'prompt 256 + 64 new tokens' (a generation), '4x64x64 latent (512 px)' (a diffusion "
                     "model's; in infer with ', CFG, 50 steps'), '3000 frames (30 s) + 128 tokens' (an utterance)"),
@@ -240,6 +239,20 @@ _SERVING = [
     ("client_loop_lag_ms_p99", "serve: p99 of how late the client's event loop woke a 10 ms timer, ms"),
     ("client_saturated", "serve: client_cpu_fraction > 0.9 or client_loop_lag_ms_p99 > the limit: the client, not "
                          "only the server, may have set the pace (flagged client-saturated)"),
+    ("traffic", "serve: the traffic's design in words: lengths (fixed or their distribution), a prompt file, a trace "
+                "replay, or multi-turn conversations (a prefix they share by design is named here, not a fault)"),
+    ("prompt_tokens_mean", "serve: mean prompt tokens of the ok requests (the engine's usage)"),
+    ("output_tokens_mean", "serve: mean output tokens of the ok requests (the engine's usage)"),
+    ("send_lag_ms_p99", "serve, open loop: p99 of how late each request was sent after its scheduled arrival (the "
+                        "rate's or the trace's), ms: the arrivals the server saw against those asked for"),
+    ("ttft_ms_p50_by_turn", "serve, multi-turn: the p50 TTFT of each turn, 'turn: ms' (a working prefix cache makes "
+                            "later turns, whose history it holds, start faster than their longer prompts would)"),
+    ("conversations", "serve, multi-turn: conversations the point's requests belonged to"),
+    ("prefix_cache_hit_rate", "serve: the server's prefix-cache hit rate over the point, from its Prometheus "
+                              "counters (vLLM: hits / queries, in tokens; SGLang: cache_hit_rate); empty where the "
+                              "engine exposes none"),
+    ("over_saturated", "serve, open loop: true when the point stopped because requests arrived faster than they "
+                       "finished for saturation_s while the queue grew"),
 ]
 
 

@@ -1,1 +1,1 @@
-"""Questions answered with several runs: an A/B verdict (`bench compare`), the GPU self-test (`bench selftest`) and the whole machine's acceptance run (`bench acceptance`)."""
+"""Questions answered with several runs: an A/B verdict (`bench compare`), the GPU self-test (`bench selftest`) the whole machine's acceptance run (`bench acceptance`) and a serving load ladder to its frontier (`bench ladder`)."""

@@ -80,6 +80,8 @@ def _take_chunk(record: RequestRecord, chunk: dict, now: float) -> None:
             if record.first_chunk_s is None:
                 record.first_chunk_s = now
             record.chunk_s.append(now)
+            if record.reply is not None:  # kept only where a conversation goes on with it
+                record.reply += text
         if choice.get("finish_reason"):
             record.finish_reason = str(choice["finish_reason"])
     usage = chunk.get("usage")

@@ -6,8 +6,14 @@
   Poisson; below 1 burstier, above 1 more even: vLLM's definition), from a fixed seed; an
   optional `concurrency` caps the requests in flight (a request waits for a slot, and its
   scheduled time is kept so the wait shows).
+- A trace (`arrivals`): the sends at the trace's times instead of drawn gaps.
+- Conversations: a closed loop whose users each carry a state (make_body is given the user, `after`
+  is told each of its finished requests) and wait `think_s` between their requests.
 - A point stops early when its error rate passes `max_error_rate` (after MIN_FOR_ERROR_RATE
-  finished requests): the requests in flight are cancelled and recorded as such.
+  finished requests), or, in an open loop, when it is over-saturated: over the last `saturation_s`
+  requests arrived more than OVER_ARRIVALS times as fast as they finished and at least OVER_BACKLOG
+  more wait than at its start (the queue grows without bound; GuideLLM stops such a point too). The
+  requests in flight are cancelled and recorded as such.
 
 The client must not be the bottleneck: the point's process CPU time and the event loop's lag
 (a task that sleeps LAG_TICK_S and records how late it wakes) are measured with it.
@@ -27,6 +33,9 @@ from bench_core.serving.server_metrics import Scraper
 
 LAG_TICK_S = 0.01
 MIN_FOR_ERROR_RATE = 5
+SATURATION_TICK_S = 0.25
+OVER_ARRIVALS = 1.1   # arrivals / completions over the window
+OVER_BACKLOG = 5      # requests the backlog grew by over the window
 
 
 @dataclass
@@ -38,9 +47,18 @@ class Load:
     seed: int = 0
     max_error_rate: float = 1.0      # stop the point above this fraction of failed requests
     timeout_s: float = 60.0          # longest wait for the next chunk of a request
+    arrivals: list[float] | None = None  # a trace's send times (s from the first); replaces rate's gaps
+    think_s: float = 0.0             # closed loop: a user's wait after each finished request
+    saturation_s: float = 15.0       # open loop: the window of the over-saturation stop
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rate or self.arrivals)
 
     def gaps(self) -> list[float]:
         """The arrival process: seconds between successive sends (the first at 0)."""
+        if self.arrivals:
+            return [0.0] + [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
         if not self.rate:
             return [0.0] * self.requests
         rng = random.Random(self.seed)
@@ -59,9 +77,10 @@ class PointResult:
     server: dict = field(default_factory=dict)  # peaks of the server's own metrics (server_metrics)
 
 
-def run_point(load: Load, url: str, make_body: Callable[[int], tuple[dict, RequestRecord]],
-              metrics_url: str = "") -> PointResult:
-    """Send `load.requests` requests (`make_body(i)` gives request i's body and its empty record);
+def run_point(load: Load, url: str, make_body: Callable[[int, int | None], tuple[dict, RequestRecord]],
+              metrics_url: str = "", after: Callable[[int, RequestRecord], None] | None = None) -> PointResult:
+    """Send `load.requests` requests (`make_body(i, user)` gives request i's body and its empty record;
+    user is None in an open loop; `after(user, record)` hears of each finished closed-loop request);
     with `metrics_url`, scrape the server's Prometheus metrics meanwhile.
 
     Where an event loop already runs in this thread (a notebook kernel's: a sweep runs each
@@ -69,12 +88,12 @@ def run_point(load: Load, url: str, make_body: Callable[[int], tuple[dict, Reque
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_run(load, url, make_body, metrics_url))
+        return asyncio.run(_run(load, url, make_body, metrics_url, after))
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-serving-point") as pool:
-        return pool.submit(asyncio.run, _run(load, url, make_body, metrics_url)).result()
+        return pool.submit(asyncio.run, _run(load, url, make_body, metrics_url, after)).result()
 
 
-async def _run(load: Load, url: str, make_body, metrics_url: str = "") -> PointResult:
+async def _run(load: Load, url: str, make_body, metrics_url: str = "", after=None) -> PointResult:
     records: list[RequestRecord] = []
     lags: list[float] = []
     stop = asyncio.Event()
@@ -92,8 +111,8 @@ async def _run(load: Load, url: str, make_body, metrics_url: str = "") -> PointR
             failed = sum(not r.ok for r in finished)
             return len(finished) >= MIN_FOR_ERROR_RATE and failed / len(finished) > load.max_error_rate
 
-        async def one(i: int, scheduled: float | None, slots: asyncio.Semaphore | None) -> None:
-            body, record = make_body(i)
+        async def one(i: int, scheduled: float | None, slots: asyncio.Semaphore | None, who: int | None = None) -> None:
+            body, record = make_body(i, who)
             record.scheduled_s = scheduled
             records.append(record)
             try:
@@ -103,13 +122,16 @@ async def _run(load: Load, url: str, make_body, metrics_url: str = "") -> PointR
                     async with slots:
                         await send(client, url, body, record, t0)
             except asyncio.CancelledError:
-                record.status, record.error = CANCELLED, "cancelled: the point stopped (error-rate limit)"
+                record.status, record.error = CANCELLED, "cancelled: the point stopped (error-rate limit or over-saturated)"
                 record.end_s = time.perf_counter() - t0
                 raise
             if over_limit():
                 stop.set()
+            if after is not None and who is not None:
+                after(who, record)
 
-        if load.rate:
+        saturation = asyncio.create_task(_watch_saturation(records, load, stop, t0)) if load.open_loop else None
+        if load.open_loop:
             slots = asyncio.Semaphore(load.concurrency) if load.concurrency else None
             due = 0.0
             for i, gap in enumerate(load.gaps()):
@@ -127,26 +149,37 @@ async def _run(load: Load, url: str, make_body, metrics_url: str = "") -> PointR
         else:
             counter = iter(range(load.requests))
 
-            async def user() -> None:
+            async def user(who: int) -> None:
                 for i in counter:
                     if stop.is_set():
                         return
-                    await one(i, None, None)
+                    await one(i, None, None, who)
+                    if load.think_s:
+                        try:
+                            await asyncio.wait_for(stop.wait(), timeout=load.think_s)
+                        except asyncio.TimeoutError:
+                            pass
 
-            tasks = {asyncio.create_task(user()) for _ in range(min(in_flight, load.requests))}
+            tasks = {asyncio.create_task(user(who)) for who in range(min(in_flight, load.requests))}
             await _finish(tasks, stop)
+        said = ""
+        if saturation is not None:
+            saturation.cancel()
+            (said,) = await asyncio.gather(saturation, return_exceptions=True)
         if scraping:
             scraping.cancel()
             await asyncio.gather(scraping, return_exceptions=True)
+            await scraper.scrape(client)  # the counters at the end of the point (prefix-cache hits)
         if stop.is_set():
             failed = sum(not r.ok for r in records)
-            stopped = (f"stopped at the error-rate limit: {failed} of {len(records)} requests failed "
-                       f"(max_error_rate {load.max_error_rate:g})")
+            stopped = said if isinstance(said, str) and said else (
+                f"stopped at the error-rate limit: {failed} of {len(records)} requests failed "
+                f"(max_error_rate {load.max_error_rate:g})")
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     watcher.cancel()
     return PointResult(sorted(records, key=lambda r: r.index), t0, wall, cpu, lags, stopped,
-                       scraper.peaks if scraper else {})
+                       scraper.figures() if scraper else {})
 
 
 async def _finish(tasks: set[asyncio.Task], stop: asyncio.Event) -> None:
@@ -173,3 +206,28 @@ async def _watch_loop(lags: list[float], stop: asyncio.Event) -> None:
         before = time.perf_counter()
         await asyncio.sleep(LAG_TICK_S)
         lags.append(max(0.0, (time.perf_counter() - before - LAG_TICK_S) * 1e3))
+
+
+async def _watch_saturation(records: list[RequestRecord], load: Load, stop: asyncio.Event, t0: float) -> str:
+    """Sample the backlog (sent, not finished) every SATURATION_TICK_S; when, over the last saturation_s,
+    requests arrived more than OVER_ARRIVALS times as fast as they finished and the backlog grew by at
+    least OVER_BACKLOG, stop the point and say so (returned, for the row's message)."""
+    samples: list[tuple[float, int, int]] = []  # (time, sent, finished)
+    try:
+        while True:
+            await asyncio.sleep(SATURATION_TICK_S)
+            now = time.perf_counter() - t0
+            samples.append((now, len(records), sum(r.end_s is not None for r in records)))
+            if now - samples[0][0] < load.saturation_s:
+                continue
+            old = next(s for s in samples if s[0] >= now - load.saturation_s)
+            arrived, finished = samples[-1][1] - old[1], samples[-1][2] - old[2]
+            grew = (samples[-1][1] - samples[-1][2]) - (old[1] - old[2])
+            if arrived > OVER_ARRIVALS * finished and grew >= OVER_BACKLOG:
+                stop.set()
+                return (f"over-saturated: over the last {load.saturation_s:g} s, {arrived} requests arrived and "
+                        f"{finished} finished, and the queue grew by {grew} to {samples[-1][1] - samples[-1][2]}: the "
+                        "server cannot keep up with this load, so the point stopped (its figures would only "
+                        "measure the queue)")
+    except asyncio.CancelledError:
+        return ""

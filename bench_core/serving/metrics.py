@@ -69,6 +69,7 @@ def figures(records: list[RequestRecord], *, slo_ttft_ms: float, slo_tpot_ms: fl
     row.update(stats([r.tpot_ms for r in ok if r.tpot_ms is not None], "tpot"))
     row.update(stats([gap for r in ok for gap in r.itl_ms], "itl"))
     row.update(stats([r.e2e_ms for r in ok if r.e2e_ms is not None], "e2e"))
+    row.update(traffic_figures(records))
     lags = loop_lag_ms or []
     row["client_cpu_fraction"] = client_cpu_s / seconds if seconds > 0 else None
     row["client_loop_lag_ms_p99"] = float(np.percentile(lags, 99)) if lags else None
@@ -91,3 +92,21 @@ def slo_met(row: dict, slo_ttft_ms: float, slo_tpot_ms: float) -> bool:
         return False
     ttft, tpot = row.get("ttft_ms_p99"), row.get("tpot_ms_p99")
     return ttft is not None and ttft <= slo_ttft_ms and (tpot is None or tpot <= slo_tpot_ms)
+
+
+def traffic_figures(records: list[RequestRecord]) -> dict:
+    """What the traffic's shape adds: mean lengths, how late sends were against their schedule, and, for
+    conversations, the p50 TTFT of each turn and how many conversations there were."""
+    ok = [r for r in records if r.ok]
+    mean = lambda values: float(np.mean(values)) if values else None  # noqa: E731
+    late = [(r.send_s - r.scheduled_s) * 1e3 for r in records if r.scheduled_s is not None]
+    turns: dict[int, list[float]] = {}
+    for r in ok:
+        if r.turn is not None and r.ttft_ms is not None:
+            turns.setdefault(r.turn, []).append(r.ttft_ms)
+    by_turn = " · ".join(f"{t}: {float(np.percentile(v, 50)):.1f}" for t, v in sorted(turns.items())) or None
+    talks = {r.conversation for r in records if r.conversation is not None}
+    return {"prompt_tokens_mean": mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
+            "output_tokens_mean": mean([r.output_tokens for r in ok if r.output_tokens is not None]),
+            "send_lag_ms_p99": float(np.percentile(late, 99)) if late else None,
+            "ttft_ms_p50_by_turn": by_turn, "conversations": len(talks) or None}

@@ -34,6 +34,10 @@ class RequestRecord:
     status: str = OK
     http_status: int | None = None
     error: str = ""
+    source_line: int | None = None    # the prompt_file's or trace_file's line it came from
+    turn: int | None = None           # multi-turn: its turn in its conversation (1 = the first)
+    conversation: int | None = None   # multi-turn: which conversation
+    reply: str | None = None          # multi-turn: the text streamed back (the next turn's history); else None
 
     # -- derived figures (ms), None where they do not apply -------------------------------
     @property
@@ -76,4 +80,5 @@ def write_records(path: Path, records: list[RequestRecord], meta: dict) -> Path:
 
 def read_records(path: Path) -> tuple[dict, list[RequestRecord]]:
     data = json.loads(Path(path).read_text())
-    return data["meta"], [RequestRecord(**r) for r in data["records"]]
+    fields = {f.name for f in dataclasses.fields(RequestRecord)}
+    return data["meta"], [RequestRecord(**{k: v for k, v in r.items() if k in fields}) for r in data["records"]]

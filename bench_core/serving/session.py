@@ -23,14 +23,15 @@ from bench_core.measure import environment
 from bench_core.measure.noise import flag_unstable_repeats
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.serving import metrics
-from bench_core.serving.client import ENDPOINTS, payload
+from bench_core.serving.client import ENDPOINTS
 from bench_core.serving.energy import PointEnergy
 from bench_core.serving.engines import Engine, resolve_engine
 from bench_core.serving.load import Load, PointResult, run_point
 from bench_core.serving.model_folder import folder_for
 from bench_core.serving.prompts import PromptMaker
-from bench_core.serving.records import RequestRecord, write_records
+from bench_core.serving.records import write_records
 from bench_core.serving.server import Server, check_served
+from bench_core.serving.traffic import Conversations, Traffic, check, context_of, describe
 
 DEFAULT_DIR = Path("outputs") / "serving"
 THROUGHPUT_UNIT = "served tokens/s"  # its own unit: never on one axis with generate's tokens/s
@@ -52,6 +53,7 @@ def prepare(cfg: BenchConfig) -> tuple[Engine, Path, bool]:
         check_model_dir(folder, cfg)
     else:
         folder = folder_for(cfg.model, weights=not dummy)
+    check(cfg, folder)  # a prompt, trace line or conversation beyond the model's context: refused before any start
     return engine, folder, dummy
 
 
@@ -62,7 +64,9 @@ class ServingSession:
         self.cfg, self.server, self.engine = cfg, server, server.engine
         self.say = progress or (lambda text: None)
         from transformers import AutoTokenizer  # heavy: only when a session is made
-        self.prompts = PromptMaker(AutoTokenizer.from_pretrained(folder), seed=cfg.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.prompts = PromptMaker(self.tokenizer, seed=cfg.seed)
+        self.context = context_of(folder)
         self.next_index = 0  # every request of the session gets a new number: no prompt repeats
         self.model = check_served(server, cfg.served_model or str(folder))
 
@@ -76,26 +80,30 @@ class ServingSession:
         self.close()
 
     # -- requests ---------------------------------------------------------------------------
-    def _body(self, cfg: BenchConfig, index: int) -> tuple[dict, RequestRecord]:
-        prompt = self.prompts.prompt(index, cfg.prompt_len, cfg.shared_prefix_len or 0)
-        body = payload(cfg.endpoint, self.model, prompt, cfg.new_tokens, self.engine.request_fields(cfg.new_tokens))
-        return body, RequestRecord(index, cfg.prompt_len, cfg.new_tokens)
-
-    def _point(self, cfg: BenchConfig, requests: int, concurrency: int | None, rate: float | None) -> PointResult:
+    def _point(self, cfg: BenchConfig, requests: int, concurrency: int | None, rate: float | None,
+               warm_up: bool = False) -> PointResult:
+        """One point of cfg's traffic: `requests` requests (a trace's: at most as many as it has lines)."""
+        traffic = Traffic(cfg, self.prompts, self.model, self.engine, self.tokenizer, self.context)
+        requests = traffic.requests(requests)
         start = self.next_index
         self.next_index += requests
-        load = Load(requests, concurrency=concurrency, rate=rate, burstiness=cfg.burstiness, seed=cfg.seed + start,
-                    max_error_rate=cfg.max_error_rate, timeout_s=cfg.request_timeout_s)
+        talks = Conversations(traffic, cfg.turns) if cfg.turns > 1 and not warm_up else None
+        arrivals = None if warm_up else traffic.arrivals(requests)
+        load = Load(requests, concurrency=concurrency, rate=None if arrivals else rate, burstiness=cfg.burstiness,
+                    seed=cfg.seed + start, max_error_rate=cfg.max_error_rate, timeout_s=cfg.request_timeout_s,
+                    arrivals=arrivals, think_s=cfg.think_time_s if talks else 0.0, saturation_s=cfg.saturation_s)
         metrics_url = self.server.url + self.engine.metrics_path if self.engine.metrics_path else ""
-        return run_point(load, self.server.url + ENDPOINTS[cfg.endpoint], lambda i: self._body(cfg, start + i),
-                         metrics_url)
+        make = (lambda i, user: talks.body(start + i, user)) if talks else \
+            (lambda i, user: traffic.body(start + i, i))
+        return run_point(load, self.server.url + ENDPOINTS[cfg.endpoint], make, metrics_url,
+                         after=talks.after if talks else None)
 
     def warm_up(self, cfg: BenchConfig) -> None:
         """Untimed requests (at most the point's concurrency at once); their failures end the run."""
         if not cfg.warmup_steps:
             return
         self.say(f"serve: {cfg.warmup_steps} warm-up requests")
-        result = self._point(cfg, cfg.warmup_steps, min(cfg.concurrency or 1, cfg.warmup_steps), None)
+        result = self._point(cfg, cfg.warmup_steps, min(cfg.concurrency or 1, cfg.warmup_steps), None, warm_up=True)
         failed = [r for r in result.records if not r.ok]
         if failed:
             raise ServingFailed(f"warm-up: {len(failed)} of {len(result.records)} requests failed; first: "
@@ -103,7 +111,7 @@ class ServingSession:
 
     def measure(self, cfg: BenchConfig) -> list[dict]:
         """`cfg.repeats` timed points of cfg's load on this server: one row each."""
-        base = {**run_fields(cfg), **self.device_columns(cfg), **self.identity()}
+        base = {**run_fields(cfg), **self.device_columns(cfg), **self.identity(cfg)}
         try:
             self.warm_up(cfg)
         except ServingFailed as exc:
@@ -135,18 +143,18 @@ class ServingSession:
         device = resolve_device(cfg.device)
         return {**environment.collect(device), **environment.device_columns(device)}
 
-    def identity(self) -> dict:
+    def identity(self, cfg: BenchConfig) -> dict:
         s = self.server
         return {"engine_version": s.version or None, "engine_command": shlex.join(s.command) if s.command else None,
                 "served_model_id": self.model, "server_startup_s": s.startup_s, "task": "causal-lm",
-                "input_shape": f"prompt {self.cfg.prompt_len} + {self.cfg.new_tokens} new tokens"}
+                "input_shape": describe(cfg), "traffic": describe(cfg)}
 
     def row(self, cfg: BenchConfig, base: dict, repeat: int, result: PointResult, energy: PointEnergy) -> dict:
         figures = metrics.figures(result.records, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
                                   client_cpu_s=result.client_cpu_s, loop_lag_ms=result.loop_lag_ms)
         telemetry = energy.columns(figures["output_tokens_total"])
         path = records_dir() / base["run_id"] / f"records-{repeat}.json"
-        meta = {"run_id": base["run_id"], "repeat": repeat, "load": describe_load(cfg),
+        meta = {"run_id": base["run_id"], "repeat": repeat, "load": describe_load(cfg), "traffic": describe(cfg),
                 "slo_ttft_ms": cfg.slo_ttft_ms, "slo_tpot_ms": cfg.slo_tpot_ms,
                 "shared_prefix_len": cfg.shared_prefix_len, "client_cpu_s": result.client_cpu_s,
                 "loop_lag_ms": result.loop_lag_ms, "wall_s": result.wall_s}
@@ -155,12 +163,16 @@ class ServingSession:
         if figures["client_saturated"]:
             flags.append(f"client-saturated(cpu {figures['client_cpu_fraction'] or 0:.2f} of a core, loop lag p99 "
                          f"{figures['client_loop_lag_ms_p99'] or 0:.1f} ms)")
+        if cfg.turns > 1:  # a note, not a disturbance: the traffic's design
+            flags.append(f"conversation-prefix({cfg.turns} turns: each resends its history, which a prefix cache "
+                         "holds; by design)")
         if cfg.shared_prefix_len:  # a note, not a disturbance: the load asked for it
             flags.append(f"shared-prefix({cfg.shared_prefix_len} of {cfg.prompt_len} prompt tokens common to every "
                          "request: a warm prefix cache may inflate throughput and shorten TTFT)")
         status, message = "ok", ""
         if result.stopped:
             status, message = "error", result.stopped
+            figures["over_saturated"] = result.stopped.startswith("over-saturated")
         elif not figures["requests_ok"]:
             first = next((r.error for r in result.records if r.error), "no request completed")
             status, message = "error", f"every request failed; first: {first}"
@@ -181,6 +193,11 @@ class ServingFailed(Exception):
 
 
 def describe_load(cfg: BenchConfig) -> str:
+    if cfg.trace_file:
+        cap = f", at most {cfg.concurrency} in flight" if cfg.concurrency else ""
+        return f"trace replay (gaps x{cfg.trace_time_scale:g}{cap})"
+    if cfg.turns > 1:
+        return f"{cfg.concurrency} users in {cfg.turns}-turn conversations"
     if cfg.request_rate:
         cap = f", at most {cfg.concurrency} in flight" if cfg.concurrency else ""
         return f"{cfg.request_rate:g} requests/s (burstiness {cfg.burstiness:g}{cap})"

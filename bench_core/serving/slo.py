@@ -8,6 +8,9 @@ The search walks the points in increasing load (request rate, or concurrency for
 points) and stops at the first that misses: the answer is the last point that met, so it meets
 the bounds and the next higher measured point does not. A point that failed (no rows, errors)
 misses.
+
+The frontier of a set of points: those no other point beats in both output tokens/s (per GPU) and
+tokens/s per user (InferenceX's throughput-interactivity frontier, vLLM's plot_pareto).
 """
 from __future__ import annotations
 
@@ -61,3 +64,12 @@ def search(measure: Callable[[float], dict], loads: Iterable[float]) -> SloAnswe
         if not point.get("slo_met"):
             break
     return highest_meeting(checked)
+
+
+def frontier(points: list[dict], x: str = "tokens_per_s_per_user", y: str = "output_tokens_per_s") -> list[dict]:
+    """The Pareto frontier: the points no other point beats in both x and y (higher is better in each),
+    in increasing x. A point without both figures is left out."""
+    known = [p for p in points if p.get(x) is not None and p.get(y) is not None]
+    best = [p for p in known if not any(q[x] >= p[x] and q[y] >= p[y] and (q[x] > p[x] or q[y] > p[y])
+                                        for q in known)]
+    return sorted(best, key=lambda p: p[x])

@@ -16,13 +16,14 @@ import numpy as np
 import pandas as pd
 
 from bench_core.results.comparison import CONFIDENCE, t_quantile, usable
-from bench_core.serving.slo import highest_meeting
+from bench_core.serving.slo import frontier, highest_meeting
 from bench_core.summary.html import columns_for, note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
 from bench_core.summary.tables import disturbed_marks, flag_disturbed
 from bench_core.summary.text import is_present, num_text
 
 FIGURES = ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_user", "ttft_ms_p50", "ttft_ms_p90",
+           "prefix_cache_hit_rate", "prompt_tokens_mean", "output_tokens_mean", "send_lag_ms_p99",
            "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p99", "error_rate",
            "request_rate_achieved", "goodput_requests_per_s", "cost_per_million", "energy_j_per_output_token")
 POINT = ("machine", "engine", "model", "input_shape", "load_kind", "load")
@@ -64,6 +65,9 @@ def serving_points(res: Results) -> pd.DataFrame:
     for figure in WITH_INTERVAL:
         bounds = [interval(group) for _, group in grouped[figure]] if figure in rows else [(math.nan,) * 2] * len(table)
         table[f"{figure}_low"], table[f"{figure}_high"] = [b[0] for b in bounds], [b[1] for b in bounds]
+    for text in ("ttft_ms_p50_by_turn",):  # a conversation's TTFT by turn: the first repeat's words
+        if text in rows:
+            table[text] = grouped[text].first()
     table["slo_met"] = grouped["slo_met"].all()
     table["repeats"] = grouped.size()
     table["disturbed"] = grouped["_disturbed"].sum()
@@ -133,6 +137,7 @@ def show_serving(res: Results) -> None:
         ax.legend(fontsize=6)
     fig.tight_layout()
     show_figure(fig, "TTFT and TPOT percentiles (p50, p90, p99) against the load")
+    show_frontier(points, res)
     answers = slo_answers(points)
     paragraph("The highest measured load meeting the SLO (no failed request, p99 TTFT and p99 TPOT within the "
               "bounds; default bounds: MLPerf Inference, Llama-3.1-8B interactive, 500 ms / 30 ms). The search "
@@ -157,6 +162,53 @@ def show_serving(res: Results) -> None:
         "tokens_per_s_per_user": "tokens/s per user", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p50_ci": f"TTFT p50, {ci}",
         "ttft_ms_p99": "TTFT p99 ms", "ttft_ms_p99_ci": f"TTFT p99, {ci}", "tpot_ms_p50": "TPOT p50 ms",
         "tpot_ms_p99": "TPOT p99 ms", "tpot_ms_p99_ci": f"TPOT p99, {ci}", "e2e_ms_p99": "e2e p99 ms",
-        "error_rate": "error rate",
+        "error_rate": "error rate", "prompt_tokens_mean": "prompt tokens (mean)",
+        "output_tokens_mean": "output tokens (mean)", "send_lag_ms_p99": "sent late p99 ms",
+        "prefix_cache_hit_rate": "prefix-cache hit rate", "ttft_ms_p50_by_turn": "TTFT p50 by turn, ms",
         "goodput_requests_per_s": "goodput requests/s", "energy_j_per_output_token": "J per output token",
         "slo_met": "SLO met", "repeats": "repeats", "disturbed_repeats": "disturbed repeats"}))
+
+
+def frontier_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Per machine, engine, model and traffic: the points on the Pareto frontier of output tokens/s (one server,
+    per GPU) against tokens/s per user, in increasing tokens/s per user (serving.slo.frontier)."""
+    lines = []
+    for _, group in points.groupby(["machine", "engine", "model", "input_shape"], sort=True, dropna=False):
+        lines += frontier([p for p in group.to_dict("records") if is_present(p.get("tokens_per_s_per_user"))
+                           and is_present(p.get("output_tokens_per_s"))])
+    return pd.DataFrame(lines)
+
+
+def show_frontier(points: pd.DataFrame, res: Results) -> None:
+    import matplotlib.pyplot as plt
+    front = frontier_points(points)
+    if len(front) < 2:
+        note("No throughput / interactivity frontier: it needs two or more points of one served model and traffic "
+             "(bench ladder measures them).")
+        return
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for label, group in points.groupby("curve", sort=True):
+        ax.scatter(group["tokens_per_s_per_user"], group["output_tokens_per_s"], alpha=0.35, label=f"{label}: points")
+    for label, group in front.groupby("curve", sort=True):
+        ax.plot(group["tokens_per_s_per_user"], group["output_tokens_per_s"], marker="o", label=f"{label}: frontier")
+        for p in group.to_dict("records"):
+            cost = f", {num_text(p['cost_per_million'])}/M" if is_present(p.get("cost_per_million")) else ""
+            ax.annotate(f"{p['load_kind'][0]}={num_text(p['load'])}{cost}", (p["tokens_per_s_per_user"],
+                        p["output_tokens_per_s"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set(xlabel="interactivity: output tokens/s per user", ylabel="throughput: output tokens/s per GPU (one server)",
+           title="Throughput against interactivity: the frontier")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    show_figure(fig, "The throughput / interactivity frontier: output tokens/s per GPU against tokens/s per user, "
+                     "each point labelled with its load (c = users, r = requests/s) and its cost per million output "
+                     "tokens where price_per_hour was given")
+    paragraph("The frontier: the measured points that no other point of the same model and traffic beats in both "
+              "output tokens/s per GPU and tokens/s per user (InferenceX's chart; vLLM's plot_pareto). Left of it, "
+              "a server is fast for each user and idle in between; right along it, it serves more at a cost in each "
+              "user's speed. The cost per million output tokens is price_per_hour's currency per million; a server "
+              "of several GPUs counts as one here (its rows do not say how many).")
+    show_table(front, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
+                                        "input_shape": "request", "load_kind": "load", "load": "rate / users",
+                                        "tokens_per_s_per_user": "tokens/s per user",
+                                        "output_tokens_per_s": "output tokens/s per GPU", "ttft_ms_p99": "TTFT p99 ms",
+                                        "cost_per_million": "cost per million output tokens"}))

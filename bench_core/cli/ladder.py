@@ -1,0 +1,97 @@
+"""`bench ladder`: a serve configuration's load doubled until the server saturates, the throughput /
+interactivity frontier and the highest load meeting the SLO (scenarios/ladder.py), rows to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from bench_core import results
+from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args, paint, progress_printer
+from bench_core.devices import check_runnable
+from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
+from bench_core.files import check_writable
+from bench_core.scenarios.ladder import FAILED, LADDERS, Ladder, check_ladder, climb
+from bench_core.serving.slo import frontier
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """examples:
+  bench ladder --model llama-tiny --prompt-len 32 --new-tokens 16 --steps 16 --repeats 1 --out outputs/ladder
+  bench ladder --model llama-8b --engine vllm --ladder rate --start 1 --price-per-hour 2.5 --out outputs/ladder
+  bench report outputs/ladder          # the Serving section draws the frontier
+The ladder measures concurrency 1, 2, 4, ... (or a rate 1, 2, 4, ... requests/s) on one server and stops by
+itself: when output tokens/s rises by less than --min-gain over the best point before (saturated), when p99 TTFT
+passes --max-ttft-ms, when a point fails or is over-saturated, when the client itself saturates, or after
+--max-points. It prints every point, why it stopped, the Pareto frontier of output tokens/s per GPU against
+tokens/s per user (with the cost per million output tokens where --price-per-hour is given), and the highest
+load meeting the SLO. exit status: 0 the ladder found its top, 1 its first point failed, 2 bad input."""
+    p.add_argument("--ladder", choices=LADDERS, default="concurrency",
+                   help="what doubles: concurrent users (closed loop) or the request rate (open loop)")
+    p.add_argument("--start", type=float, default=1.0, help="the first rung's users or requests/s (default 1)")
+    p.add_argument("--max-points", type=int, default=8, help="the most rungs (default 8)")
+    p.add_argument("--min-gain", type=float, default=0.1,
+                   help="stop when a doubling adds less than this fraction of output tokens/s (default 0.1)")
+    p.add_argument("--max-ttft-ms", type=float, default=5000.0, help="stop when p99 TTFT passes this (default 5000)")
+    add_config_arguments(p)
+    p.add_argument("--out", metavar="DIR", help="append each point's rows to DIR/results.csv and DIR/runs/")
+    add_output_arguments(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    if getattr(args, "mode", "serve") != "serve":
+        raise ConfigError("mode", f"bench ladder measures mode serve; got {args.mode}")
+    args.mode = "serve"
+    cfg = config_from_args(args)
+    check_ladder(args.ladder, args.start, args.max_points, args.min_gain, args.max_ttft_ms)
+    if args.ladder == "rate" and cfg.trace_file:
+        raise ConfigError("ladder", "a trace sets its own arrivals: scale them with trace_time_scale, or climb "
+                                    "concurrency (the most requests in flight)")
+    check_runnable(cfg)
+    if args.out:
+        check_writable(args.out)
+        os.environ.setdefault("BENCH_SERVING_DIR", str(Path(args.out) / "serving"))
+    ladder = climb(cfg, args.ladder, args.start, args.max_points, args.min_gain, args.max_ttft_ms,
+                   say=progress_printer(args))
+    if args.out:
+        for rung in ladder.rungs:
+            results.write_run(args.out, rung.rows[0]["run_id"], rung.rows)
+    print(summary_text(ladder, cfg.slo_ttft_ms, cfg.slo_tpot_ms, cfg.price_per_hour))
+    if args.out:
+        print(f"rows of {len(ladder.rungs)} points in {Path(args.out) / 'results.csv'}; bench report {args.out} "
+              "draws the frontier", file=sys.stderr)
+    return EXIT_FAILED if ladder.stop == FAILED and len(ladder.rungs) == 1 else EXIT_OK
+
+
+def summary_text(ladder: Ladder, slo_ttft_ms: float, slo_tpot_ms: float, price: float | None) -> str:
+    points = ladder.points()
+    on_front = {id(p) for p in frontier(points)}
+    head = (f"{ladder.kind:>11} {'requests/s':>10} {'output tok/s':>12} {'tok/s/user':>10} {'TTFT p50':>9} "
+            f"{'TTFT p99':>9} {'TPOT p99':>9} {'client CPU':>10} {'SLO':>4} {'cost/M':>8}  frontier")
+    lines = [head]
+    for p in points:
+        if p["status"] != "ok":
+            lines.append(f"{p['load']:>11g} {p['status']}: {p['message'][:100]}")
+            continue
+        cost = f"{p['cost_per_million']:.3g}" if p.get("cost_per_million") is not None else ""
+        lines.append(f"{p['load']:>11g} {_n(p['requests_per_s']):>10} {_n(p['output_tokens_per_s']):>12} "
+                     f"{_n(p['tokens_per_s_per_user']):>10} {_n(p['ttft_ms_p50']):>9} {_n(p['ttft_ms_p99']):>9} "
+                     f"{_n(p['tpot_ms_p99']):>9} {_n(p['client_cpu_fraction']):>10} "
+                     f"{'yes' if p['slo_met'] else 'no':>4} {cost:>8}  {'*' if id(p) in on_front else ''}")
+    lines.append(paint(f"stopped: {ladder.why}", "yellow" if ladder.stop == FAILED else "green"))
+    top = next((p for p in reversed(points) if p["status"] == "ok"), None)
+    if top is not None:
+        lines.append(f"client at the highest load ({ladder.kind} {top['load']:g}): {top['client_cpu_fraction'] or 0:.2f} "
+                     f"of a core{' - saturated: it set the pace' if top['client_saturated'] else ', not saturated'}")
+    lines.append("frontier (*): no other point has both more output tokens/s and more tokens/s per user"
+                 + ("; cost per million output tokens from --price-per-hour" if price else
+                    "; give --price-per-hour for the cost per million output tokens along it"))
+    lines.append(f"SLO (p99 TTFT <= {slo_ttft_ms:g} ms, p99 TPOT <= {slo_tpot_ms:g} ms): "
+                 f"{ladder.slo().headline(slo_ttft_ms, slo_tpot_ms)}")
+    return "\n".join(lines)
+
+
+def _n(value) -> str:
+    return f"{value:.4g}" if value is not None else ""
