@@ -138,7 +138,7 @@ def test_report_output_under_a_file_is_one_line(tmp_path, capsys):
 # -- a full disk after measuring -------------------------------------------------------------------
 
 def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tmpfs, tmp_path, monkeypatch, capsys):
-    full = mount_tmpfs("full", "size=4k")  # room for the write probe, not for the rows
+    full = mount_tmpfs("full", "size=128k")  # room for the write probe, not for the rows
     system_tmp = tmp_path / "system-tmp"  # where the rows go instead: the system's temporary folder, this test's own
     system_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
@@ -154,7 +154,7 @@ def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tm
 
 @pytest.mark.slow
 def test_a_sweep_that_fills_the_disk_says_what_is_safe_and_resumes(mount_tmpfs, tmp_path, capsys):
-    full = mount_tmpfs("full", "size=64k")  # the first execution's rows fit, not all both executions write
+    full = mount_tmpfs("full", "size=84k")  # the first execution's rows fit, not both executions' (schema 8: 72k-96k do)
     sweep = tmp_path / "s.yaml"
     sweep.write_text("name: s\ngrid:\n  seed: [0, 1]\nsettings: {model: resnet18, width: 32, height: 32, "
                      "batch_size: 2, steps: 2, warmup_steps: 1, repeats: 1, min_seconds: 0, device: cpu}\n")

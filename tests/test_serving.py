@@ -434,7 +434,8 @@ def test_a_three_turn_conversation_resends_its_history_and_says_ttft_by_turn(ses
             assert after.prompt_tokens >= before.prompt_tokens + before.output_tokens + 8
             assert after.send_s >= before.end_s
     assert [part.split(":")[0] for part in row["ttft_ms_p50_by_turn"].split(" · ")] == ["1", "2", "3"]
-    assert "conversation-prefix" in row["noise_flags"] and not disturbances(row["noise_flags"])  # by design
+    assert "conversation-prefix" in row["noise_flags"]
+    assert "conversation-prefix" not in disturbances(row["noise_flags"])  # named, by design: not a disturbance
     assert figures_of(row) == {k: row[k] for k in figures_of(row)}
 
 
@@ -486,7 +487,8 @@ def test_bad_traffic_is_one_line_naming_the_field_and_nothing_is_written(capsys,
     for item in folder.iterdir():
         if item.name != "config.json":
             (small / item.name).symlink_to(item)
-    config = json.loads((folder / "config.json").read_text())
+    config = {k: v for k, v in json.loads((folder / "config.json").read_text()).items()
+              if k not in ("rope_scaling", "rope_parameters")}  # whose original context (8192) would be said
     (small / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 128}))
     out = tmp_path / "out"
     done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(small),
@@ -512,9 +514,10 @@ def test_the_prefix_cache_hit_rate_of_a_point_is_read_from_the_engines_counters(
 
 def test_an_open_loop_the_server_cannot_keep_up_with_stops_as_over_saturated(session, folder):
     # Last in this file: the requests it leaves in the server's queue slow no later test of this server.
-    (row,) = session.measure(serve_config(folder, request_rate=400.0, steps=2000, saturation_s=1.0, warmup_steps=0,
-                                          max_error_rate=1.0))
+    # 64 output tokens a request: the server finishes a few a second here, and 50 arrive each second.
+    (row,) = session.measure(serve_config(folder, request_rate=50.0, steps=400, new_tokens=64, saturation_s=1.0,
+                                          warmup_steps=0, max_error_rate=1.0))
     assert row["status"] == "error" and row["over_saturated"] is True, row["message"]
     assert row["message"].startswith("over-saturated: over the last 1 s,") and "the queue grew by" in row["message"]
     _, records = read_records(Path(row["records_file"]))
-    assert len(records) < 2000 and any(r.status == "cancelled" for r in records)
+    assert len(records) < 400 and any(r.status == "cancelled" for r in records)
