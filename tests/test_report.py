@@ -22,6 +22,7 @@ from torch import nn
 from bench_core import cli, results, run_benchmark, summary
 from bench_core.config import BenchConfig
 from bench_core.summary import screenshot
+from bench_core.summary.absent import gather
 from bench_core.summary.report import HIDDEN_TAGS, build_report
 from bench_core.workload.family import ModelSpec
 from bench_core.workload.models import register_model
@@ -149,9 +150,9 @@ def test_report_of_real_rows_has_every_section_chart_and_no_code(one_machine):
     assert "summary.load_results" not in html and "result_dirs: list" not in html
     assert "hl-ipython3" not in html and "In&nbsp;[" not in html
     for title in SECTIONS:
-        anchor = title.replace(" ", "-")
-        assert f'id="{anchor}"' in html, title
-        assert f'href="#{anchor}"' in html, title
+        assert _drawn_or_listed(html, title), title
+    assert {"Serving", "Cost frontier"} <= set(_listed(html))  # nothing of them ran: listed, not drawn
+    assert not _empty_sections(executed)
     # Content a reader checks: the knee of the batch curve, AMP speed-up, the method.
     assert "knee batch" in html and "speed-up over fp32" in html
     assert "warm-up" in html.lower() and "time.perf_counter" in html
@@ -321,7 +322,8 @@ def test_hostile_strings_are_escaped_everywhere(combined):
 def test_report_survives_empty_failed_only_and_torn_results(dirs, which):
     html = build_report([dirs[which]], dirs["root"] / f"only-{which}" / "report.html").read_text()
     for title in SECTIONS:
-        assert f'id="{title.replace(" ", "-")}"' in html
+        assert _drawn_or_listed(html, title), title
+    assert not _empty_sections(nbformat.read(dirs["root"] / f"only-{which}" / "summary.ipynb", as_version=4))
     assert "could not be drawn" not in html
     assert {"empty": "No result rows", "bad": "No successful rows",
             "partial": "1 malformed line(s) of results.csv skipped"}[which] in html
@@ -622,6 +624,25 @@ INTERVAL = r"\[\d+\.\d\d-\d+\.\d\d\] (?:faster|slower|no clear difference)"  # "
 OUTPUTS_WITHIN = r"(?:; outputs (?:within \S+ % of fp32 eager NCHW|not checked: .+))?"
 
 
+def _listed(html: str) -> list[str]:
+    """The sections the report lists under "Not measured in these results" (none drawn there)."""
+    if 'id="Not-measured-in-these-results"' not in html:
+        return []
+    return re.findall(r"<li><strong>([^<]+)</strong>:", _section(html, "Not-measured-in-these-results"))
+
+
+def _drawn_or_listed(html: str, title: str) -> bool:
+    """A section is drawn (its heading, and a contents link to it) or listed as not measured, never both."""
+    anchor = title.replace(" ", "-")
+    drawn = f'id="{anchor}"' in html and f'href="#{anchor}"' in html
+    return drawn != (title in _listed(html))
+
+
+def _empty_sections(executed) -> list[str]:
+    """Sections of an executed summary notebook still drawn with nothing but notes of what is not there."""
+    return [title for title, _ in gather(copy.deepcopy(executed))]
+
+
 def _section(html: str, anchor: str) -> str:
     """The report's HTML from a section's heading to the next heading."""
     start = html.index(f'<h2 id="{anchor}"')
@@ -685,3 +706,28 @@ def test_the_method_section_lists_every_noise_flag_the_code_can_raise():
     assert {"other-processes-on-cpu", "noisy-window", "throttle"} <= raised  # the scan finds them
     assert raised <= listed, raised - listed
     assert set(DISTURBING_FLAGS) <= listed
+
+
+def test_sections_with_nothing_to_show_become_one_list_and_the_contents_lists_what_is_drawn():
+    absent = {"output_type": "display_data", "metadata": {},
+              "data": {"text/html": '<p class="nb-absent" style="color:#555"><em>No scaling data: a sweep over '
+                                    'devices (params/scaling.yaml) fills this section.</em></p>'}}
+    shown = {"output_type": "display_data", "metadata": {}, "data": {"text/html": "<table><tr><td>1</td></tr></table>"}}
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("**Contents**: [Throughput](#Throughput) · [Scaling](#Scaling) · "
+                                      "[Failures](#Failures)"),
+        nbformat.v4.new_markdown_cell("## Throughput\n\nIn each unit."),
+        nbformat.v4.new_code_cell("summary.show_throughput(results)", outputs=[shown, absent]),
+        nbformat.v4.new_markdown_cell("## Scaling\n\nAgainst devices."),
+        nbformat.v4.new_code_cell("summary.show_scaling(results)", outputs=[absent]),
+        nbformat.v4.new_markdown_cell("## Failures"),
+        nbformat.v4.new_code_cell("summary.show_failures(results)", outputs=[shown])])
+    taken = gather(notebook)
+    assert taken == [("Scaling", ["No scaling data: a sweep over devices (params/scaling.yaml) fills this section."])]
+    titles = [c.source.splitlines()[0] for c in notebook.cells if c.cell_type == "markdown"]
+    assert titles == ["**Contents**: [Throughput](#Throughput) · [Not measured in these results]"
+                      "(#Not-measured-in-these-results) · [Failures](#Failures)", "## Throughput",
+                      "## Not measured in these results", "## Failures"]
+    listed = notebook.cells[3].source
+    assert "- **Scaling**: No scaling data: a sweep over devices (params/scaling.yaml) fills this section." in listed
+    assert gather(notebook) == []  # what is left has something to show in every section

@@ -13,7 +13,7 @@ import pandas as pd
 
 from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
 from bench_core.summary.html import (
-    note,
+    absent,
     paragraph,
     seaborn,
     section,
@@ -99,7 +99,7 @@ def show_cost_frontier(res: Results) -> None:
     sns = seaborn()
     points = cost_points(res)
     if points.empty:
-        note("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "
+        absent("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "
              "device, or `bench run --price-per-hour`).")
         return
     groups = list(points.groupby(GROUP, dropna=False, sort=False))

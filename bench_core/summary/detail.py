@@ -9,6 +9,7 @@ from bench_core.results.comparison import METHOD_TEXT
 from bench_core.results.fidelity import METHOD_TEXT as FIDELITY_TEXT
 from bench_core.summary.charts import can_compare, category_chart, log_axis
 from bench_core.summary.html import (
+    absent,
     columns_for,
     datatable_html,
     device_names,
@@ -49,7 +50,7 @@ def show_step_times(res: Results) -> None:
     sns = seaborn()
     steps = step_times_long(res)
     if steps.empty:
-        note("No per-step times in these rows (the step_times_ms column is empty or absent).")
+        absent("No per-step times in these rows (the step_times_ms column is empty or absent).")
         return
     several = steps["machine"].nunique() > 1
     steps = steps.assign(who=steps["config"] + (" · " + steps["machine"] if several else ""))
@@ -72,7 +73,7 @@ def show_scaling(res: Results) -> None:
     reference = reference_scaling()
     matched = matched_reference_scaling(table, reference, device_names(res))
     if table.empty:
-        note("No scaling data: every configuration ran on one device count. A sweep over devices "
+        absent("No scaling data: every configuration ran on one device count. A sweep over devices "
              "(params/scaling.yaml, or bench run --nproc-per-node N) fills this section.")
     else:
         table = table.assign(curve=label_columns(table, always=("precision",), never=("world_size",)))
@@ -130,7 +131,7 @@ def scaling_curve(ax, curve: pd.DataFrame, label: str) -> None:
 def show_efficiency(res: Results) -> None:
     table = efficiency_table(res)
     if table.empty:
-        note("No successful rows: no efficiency figures.")
+        absent("No successful rows: no efficiency figures.")
         return
     wanted = {"MFU": "mfu", "energy per sample": "j_per_1k_samples", "perf per watt": "samples_per_s_per_w",
               "cost per million samples": "cost_per_million_samples"}

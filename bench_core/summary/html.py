@@ -54,6 +54,16 @@ def note(text: str) -> None:
     show_html(f'<p style="color:#555"><em>{text_html(text)}</em></p>')
 
 
+ABSENT_CLASS = "nb-absent"
+
+
+def absent(text: str) -> None:
+    """A section's 'nothing to show here, and what would fill it': shown as a note, and marked, so that
+    `bench report` moves a section whose only output this is into one list, "Not measured in these
+    results" (summary/absent.py), instead of drawing its heading over an empty space."""
+    show_html(f'<p class="{ABSENT_CLASS}" style="color:#555"><em>{text_html(text)}</em></p>')
+
+
 def paragraph(text: str) -> None:
     show_html(f"<p>{text_html(text)}</p>")
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench_core.files import atomic_write_text, shipped_notebook
+from bench_core.summary.absent import gather
 from bench_core.summary.html import DEFAULT_TITLE
 
 SUMMARY_NOTEBOOK = shipped_notebook("summary.ipynb")
@@ -71,10 +72,19 @@ def build_report(result_dirs: list[Path], out_html: Path, title: str = "", basel
         Path(tmp).unlink(missing_ok=True)
         raise
     os.replace(tmp, executed)
+    move_absent(executed)
     write_html(executed, out_html, title=title)
     for path in (executed, out_html):  # a report is for sharing: readable like any file the user makes
         path.chmod(0o666 & ~_umask())
     return out_html
+
+
+def move_absent(executed: Path) -> None:
+    """The sections with nothing to show, out of the executed notebook and into one list (summary/absent.py)."""
+    import nbformat
+    notebook = nbformat.read(executed, as_version=4)
+    if gather(notebook):
+        atomic_write_text(executed, nbformat.writes(notebook))
 
 
 def _umask() -> int:

@@ -9,9 +9,9 @@ import pandas as pd
 
 from bench_core.summary.charts import zero_axis
 from bench_core.summary.html import (
+    absent,
     columns_for,
     label_columns,
-    note,
     paragraph,
     seaborn,
     section,
@@ -73,7 +73,7 @@ def generation_table(res: Results) -> pd.DataFrame:
 def show_sequences(res: Results) -> None:
     table = sequence_table(res)
     if table.empty:
-        note("No sequence workload here (text models: bench models lists them; params/transformers.yaml runs some).")
+        absent("No sequence workload here (text models: bench models lists them; params/transformers.yaml runs some).")
         return
     show_table(table, columns_for(res, {
         "machine": "machine", "model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch / device",

@@ -17,7 +17,7 @@ import pandas as pd
 
 from bench_core.results.comparison import CONFIDENCE, t_quantile, usable
 from bench_core.serving.slo import frontier, highest_meeting
-from bench_core.summary.html import columns_for, note, paragraph, section, show_figure, show_table
+from bench_core.summary.html import absent, columns_for, note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
 from bench_core.summary.tables import disturbed_marks, flag_disturbed
 from bench_core.summary.text import is_present, num_text
@@ -100,13 +100,51 @@ def curve_label(row: dict, several_machines: bool) -> str:
 
 @section
 def show_serving(res: Results) -> None:
-    import matplotlib.pyplot as plt
     points = serving_points(res)
     if points.empty:
-        note("No serving rows (mode serve): params/serving.yaml, or bench run --mode serve, fills this section.")
+        absent("No serving rows (mode serve): params/serving.yaml, or bench run --mode serve, fills this section.")
         return
     several = points["machine"].nunique() > 1
     points = points.assign(curve=[curve_label(r, several) for r in points.to_dict("records")])
+    if points.groupby("curve").size().max() >= 2:
+        draw_curves(points)
+        show_frontier(points, res)
+    else:  # a chart of one point compares nothing: its figures are in the tables below
+        note("One load measured per engine and model: its figures are in the tables below. Two or more loads "
+             "(bench ladder, or params/serving.yaml) draw throughput against latency and the frontier.")
+    answers = slo_answers(points)
+    paragraph("The highest measured load meeting the SLO (no failed request, p99 TTFT and p99 TPOT within the "
+              "bounds; default bounds: MLPerf Inference, Llama-3.1-8B interactive, 500 ms / 30 ms). The search "
+              "stops at the first load that misses: the next higher point measured does not meet it.")
+    show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
+                                          "input_shape": "request", "headline": "highest load meeting the SLO",
+                                          "cost_per_million": "cost per million output tokens",
+                                          "energy_j_per_output_token": "J per output token"}))
+    paragraph(f"Each point: the median of its repeats, and for output tokens/s, TTFT and TPOT the "
+              f"{CONFIDENCE * 100:.0f} % interval across them (Student's t on the logs of the repeats' values, as the "
+              "Method section compares throughputs; none with one repeat). A wide interval says the repeats "
+              "disagree: measure more of them, on a quiet machine.")
+    points = points.assign(
+        disturbed_repeats=disturbed_marks(points),
+        **{f"{f}_ci": [interval_text(lo, hi) for lo, hi in zip(points[f"{f}_low"], points[f"{f}_high"])]
+           for f in WITH_INTERVAL})
+    ci = f"{CONFIDENCE * 100:.0f} % interval"
+    show_table(points, columns_for(res, {
+        "machine": "machine", "engine": "engine", "model": "model", "input_shape": "request", "load_kind": "load",
+        "load": "rate / users", "requests_per_s": "requests/s", "request_rate_achieved": "rate achieved",
+        "output_tokens_per_s": "output tokens/s", "output_tokens_per_s_ci": f"output tokens/s, {ci}",
+        "tokens_per_s_per_user": "tokens/s per user", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p50_ci": f"TTFT p50, {ci}",
+        "ttft_ms_p99": "TTFT p99 ms", "ttft_ms_p99_ci": f"TTFT p99, {ci}", "tpot_ms_p50": "TPOT p50 ms",
+        "tpot_ms_p99": "TPOT p99 ms", "tpot_ms_p99_ci": f"TPOT p99, {ci}", "e2e_ms_p99": "e2e p99 ms",
+        "error_rate": "error rate", "prompt_tokens_mean": "prompt tokens (mean)",
+        "output_tokens_mean": "output tokens (mean)", "send_lag_ms_p99": "sent late p99 ms",
+        "prefix_cache_hit_rate": "prefix-cache hit rate", "ttft_ms_p50_by_turn": "TTFT p50 by turn, ms",
+        "goodput_requests_per_s": "goodput requests/s", "energy_j_per_output_token": "J per output token",
+        "slo_met": "SLO met", "repeats": "repeats", "disturbed_repeats": "disturbed repeats"}))
+
+
+def draw_curves(points: pd.DataFrame) -> None:
+    import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.0))
     for label, group in points.groupby("curve", sort=True):
         group = group.sort_values("load")
@@ -137,36 +175,6 @@ def show_serving(res: Results) -> None:
         ax.legend(fontsize=6)
     fig.tight_layout()
     show_figure(fig, "TTFT and TPOT percentiles (p50, p90, p99) against the load")
-    show_frontier(points, res)
-    answers = slo_answers(points)
-    paragraph("The highest measured load meeting the SLO (no failed request, p99 TTFT and p99 TPOT within the "
-              "bounds; default bounds: MLPerf Inference, Llama-3.1-8B interactive, 500 ms / 30 ms). The search "
-              "stops at the first load that misses: the next higher point measured does not meet it.")
-    show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
-                                          "input_shape": "request", "headline": "highest load meeting the SLO",
-                                          "cost_per_million": "cost per million output tokens",
-                                          "energy_j_per_output_token": "J per output token"}))
-    paragraph(f"Each point: the median of its repeats, and for output tokens/s, TTFT and TPOT the "
-              f"{CONFIDENCE * 100:.0f} % interval across them (Student's t on the logs of the repeats' values, as the "
-              "Method section compares throughputs; none with one repeat). A wide interval says the repeats "
-              "disagree: measure more of them, on a quiet machine.")
-    points = points.assign(
-        disturbed_repeats=disturbed_marks(points),
-        **{f"{f}_ci": [interval_text(lo, hi) for lo, hi in zip(points[f"{f}_low"], points[f"{f}_high"])]
-           for f in WITH_INTERVAL})
-    ci = f"{CONFIDENCE * 100:.0f} % interval"
-    show_table(points, columns_for(res, {
-        "machine": "machine", "engine": "engine", "model": "model", "input_shape": "request", "load_kind": "load",
-        "load": "rate / users", "requests_per_s": "requests/s", "request_rate_achieved": "rate achieved",
-        "output_tokens_per_s": "output tokens/s", "output_tokens_per_s_ci": f"output tokens/s, {ci}",
-        "tokens_per_s_per_user": "tokens/s per user", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p50_ci": f"TTFT p50, {ci}",
-        "ttft_ms_p99": "TTFT p99 ms", "ttft_ms_p99_ci": f"TTFT p99, {ci}", "tpot_ms_p50": "TPOT p50 ms",
-        "tpot_ms_p99": "TPOT p99 ms", "tpot_ms_p99_ci": f"TPOT p99, {ci}", "e2e_ms_p99": "e2e p99 ms",
-        "error_rate": "error rate", "prompt_tokens_mean": "prompt tokens (mean)",
-        "output_tokens_mean": "output tokens (mean)", "send_lag_ms_p99": "sent late p99 ms",
-        "prefix_cache_hit_rate": "prefix-cache hit rate", "ttft_ms_p50_by_turn": "TTFT p50 by turn, ms",
-        "goodput_requests_per_s": "goodput requests/s", "energy_j_per_output_token": "J per output token",
-        "slo_met": "SLO met", "repeats": "repeats", "disturbed_repeats": "disturbed repeats"}))
 
 
 def frontier_points(points: pd.DataFrame) -> pd.DataFrame:

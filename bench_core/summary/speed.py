@@ -10,6 +10,7 @@ from bench_core.results.comparison import DISTURBED
 from bench_core.summary.charts import can_compare, category_chart, zero_axis
 from bench_core.summary.effects import settings_effects
 from bench_core.summary.html import (
+    absent,
     chart_rows,
     columns_for,
     drop_constant,
@@ -149,7 +150,7 @@ def few_repeats_note(table: pd.DataFrame, label: str) -> None:
 def show_throughput(res: Results) -> None:
     data, caveat = chart_rows(res.ok)
     if data.empty:
-        note("No successful rows: no throughput chart.")
+        absent("No successful rows: no throughput chart.")
         return
     units = list(dict.fromkeys(data["throughput_unit"]))
     if len(units) > 1:
@@ -171,7 +172,8 @@ def throughput_chart(data, unit: str) -> None:
         value=("throughput", "median"), low=("throughput", lambda s: s.quantile(0.25)),
         high=("throughput", lambda s: s.quantile(0.75)), marked=("_disturbed", "any")).reset_index()
     if not can_compare(table["value"]):
-        note(f"One figure in {unit}, nothing to compare it with in a chart: it is in the Headline table.")
+        absent(f"One figure in {unit}, nothing to compare it with in a chart: it is in the Headline table "
+               "(a sweep of two or more configurations draws it).")
         return
     modes = ordered(data["mode"], MODE_ORDER)
     panels = [f"{p} · {m}" for p in ordered(data["precision"], PRECISION_ORDER) for m in modes] if several else modes
@@ -193,7 +195,7 @@ def disturbed_alt(marked: int) -> str:
 def show_amp_speedup(res: Results) -> None:
     table = amp_speedup_table(res)
     if table.empty:
-        note("No AMP speed-up: it needs fp32 and a reduced precision (amp-fp16, amp-bf16, fp16, bf16, tf32) "
+        absent("No AMP speed-up: it needs fp32 and a reduced precision (amp-fp16, amp-bf16, fp16, bf16, tf32) "
              "of the same workload on the same machine.")
         for line in emulation_notes(res, table):
             paragraph(line)
@@ -219,7 +221,7 @@ def show_amp_speedup(res: Results) -> None:
 def show_settings_effects(res: Results) -> None:
     table = settings_effects(res)
     if table.empty:
-        note("No torch.compile or channels_last comparison: no workload here ran both with and without compile, "
+        absent("No torch.compile or channels_last comparison: no workload here ran both with and without compile, "
              "or both with and without channels_last, on the same machine (a sweep grid with compile: [off, "
              "default] or channels_last: [false, true] gives one).")
         return
@@ -247,7 +249,7 @@ def show_batch_curves(res: Results) -> None:
     sns = seaborn()
     curves = batch_curves(res)
     if curves.empty:
-        note("No batch-size curve: no workload ran at two or more batch sizes (params/batch-sweep.yaml does).")
+        absent("No batch-size curve: no workload ran at two or more batch sizes (params/batch-sweep.yaml does).")
         return
     knees = knee_points(curves)
     paragraph(f"The knee (★) is the smallest batch size whose median throughput reaches "
@@ -293,14 +295,14 @@ def show_batch_curves(res: Results) -> None:
 def show_memory(res: Results) -> None:
     data, caveat = chart_rows(res.ok)
     if data.empty:
-        note("No successful rows: no memory chart.")
+        absent("No successful rows: no memory chart.")
         return
     show_estimates(res.ok)
     # torch's peak allocated only: a CPU process's peak RSS spans its whole life, the same for train
     # and infer and for every configuration the process ran before, so a chart of it compares nothing.
     data = data.assign(memory_mib=data["peak_mem_allocated_bytes"] / 2**20).dropna(subset=["memory_mib"])
     if (res.ok["device_type"] != "cuda").any():
-        note("No memory chart for CPU rows: the figure there is the peak resident memory (RSS) of the process over "
+        absent("No memory chart for CPU rows: the figure there is the peak resident memory (RSS) of the process over "
              "its whole life, the same for train and infer and for every configuration the process ran before; it "
              "is in results.csv (peak_rss_bytes), not compared here.")
     if data.empty:
