@@ -98,7 +98,8 @@ def deviation_text(row: dict) -> str:
     worst = max([e for e in (error, loss) if math.isfinite(e)], default=math.nan)
     reference = row.get("output_reference") or REFERENCE
     if check == WITHIN:
-        return f"outputs within {percent(worst)} of {reference}"
+        return f"outputs within {percent(worst)} of {reference}" if math.isfinite(worst) else \
+            f"outputs within tolerance of {reference}"
     loss_part = f", loss {percent(loss)} off" if math.isfinite(loss) else ""
     tolerance = row.get("output_tolerance") or tolerance_for(str(row.get("precision"))).text()
     if not math.isfinite(error):

@@ -63,9 +63,12 @@ class Task:
                                       f"allowed: {', '.join(self.modes)}")
         float8 = resolve_precision(getattr(cfg, "precision", "fp32")).float8_recipe
         if float8 and not (self.has_transformer_blocks and cfg.mode == "train"):
+            device = str(getattr(cfg, "device", "auto"))
+            tf32 = "" if device.startswith(("cpu", "mps")) else (", tf32" if device.startswith("cuda") else
+                                                                 ", and tf32 on a CUDA GPU")
             raise ConfigError("precision", f"{cfg.precision} is float8 training of a transformer's linear layers "
                                            f"(torchao); {spec.name} is {described}, in mode {cfg.mode}: allowed for "
-                                           "it: fp32, tf32, fp16, bf16, amp-fp16, amp-bf16")
+                                           f"it: fp32, fp16, bf16, amp-fp16, amp-bf16{tf32}")
         if not self.has_transformer_blocks:
             for name, plain in (("parallelism", "ddp"), ("activation_checkpointing", "none")):
                 if getattr(cfg, name, plain) != plain:
