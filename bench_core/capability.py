@@ -34,9 +34,9 @@ DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU
 
 # (vendor, family, first model, last model) -> microarchitecture, for CPUs whose model name says no more than
 # "AMD EPYC" (cloud VMs): from AMD's and Intel's family/model numbers (the server parts only).
-MICROARCHITECTURES = [("AuthenticAMD", 0x17, 0x00, 0x0F, "Zen, Naples"), ("AuthenticAMD", 0x17, 0x30, 0x3F, "Zen 2, Rome"),
-                      ("AuthenticAMD", 0x19, 0x00, 0x0F, "Zen 3, Milan"), ("AuthenticAMD", 0x19, 0x10, 0x1F, "Zen 4, Genoa"),
-                      ("AuthenticAMD", 0x19, 0xA0, 0xAF, "Zen 4c, Bergamo/Siena"), ("AuthenticAMD", 0x1A, 0x00, 0xFF, "Zen 5"),
+MICROARCHITECTURES = [("AuthenticAMD", 0x17, 0x00, 0x0F, "Zen"), ("AuthenticAMD", 0x17, 0x30, 0x3F, "Zen 2"),
+                      ("AuthenticAMD", 0x19, 0x00, 0x0F, "Zen 3"), ("AuthenticAMD", 0x19, 0x10, 0x1F, "Zen 4"),
+                      ("AuthenticAMD", 0x19, 0xA0, 0xAF, "Zen 4c"), ("AuthenticAMD", 0x1A, 0x00, 0xFF, "Zen 5"),
                       ("GenuineIntel", 6, 0x55, 0x55, "Skylake-SP/Cascade Lake"), ("GenuineIntel", 6, 0x6A, 0x6A, "Ice Lake-SP"),
                       ("GenuineIntel", 6, 0x8F, 0x8F, "Sapphire Rapids"), ("GenuineIntel", 6, 0xCF, 0xCF, "Emerald Rapids"),
                       ("GenuineIntel", 6, 0xAD, 0xAD, "Granite Rapids")]
@@ -52,7 +52,7 @@ def cpu_model() -> str:
 
 def cpu_model_from(cpuinfo: str) -> str:
     """The CPU's model name from /proc/cpuinfo; a name without a model number (a VM's "AMD EPYC") gets its
-    microarchitecture and family, model and stepping: "AMD EPYC (Zen 4, Genoa; family 25 model 17 stepping 1)"."""
+    microarchitecture ("AMD EPYC (Zen 4)"), or its family and model numbers where that is not known here."""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -66,8 +66,7 @@ def cpu_model_from(cpuinfo: str) -> str:
     family, model = int(fields["cpu family"]), int(fields["model"])
     arch = next((a for vendor, f, lo, hi, a in MICROARCHITECTURES
                  if vendor == fields.get("vendor_id") and f == family and lo <= model <= hi), None)
-    numbers = f"family {family} model {model}" + (f" stepping {fields['stepping']}" if fields.get("stepping") else "")
-    return f"{name} ({arch}; {numbers})" if arch else f"{name} ({numbers})"
+    return f"{name} ({arch})" if arch else f"{name} (family {family} model {model})"
 
 
 @dataclass(frozen=True)

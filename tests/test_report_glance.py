@@ -30,9 +30,11 @@ MAX_CHART_PX = 1100  # a chart wider than this would be shrunk on a 1,400 px pag
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    """resnet18 train and infer (images/s), llama-tiny train (tokens/s); resnet18 infer disturbed."""
+    """resnet18 train (fp32 and amp-bf16) and infer (images/s), llama-tiny train (tokens/s); resnet18 infer
+    disturbed."""
     root = tmp_path_factory.mktemp("glance")
     configs = [dict(model="resnet18", width=32, height=32, mode="train"),
+               dict(model="resnet18", width=32, height=32, mode="train", precision="amp-bf16"),
                dict(model="resnet18", width=32, height=32, mode="infer"),
                dict(model="llama-tiny", seq_len=16, mode="train")]
     for extra in configs:
@@ -114,7 +116,8 @@ def test_every_table_of_per_configuration_figures_marks_the_disturbed_one(report
 
 def test_a_comparison_table_never_mixes_units_in_one_column(report):
     html = report[0]
-    amp = _section(html, "AMP-speed-up")
+    amp = _section(html, "AMP-speed-up")  # drawn: resnet18 trained in fp32 and amp-bf16
+    assert _headers(amp)
     for headers in _headers(amp):
         assert len([h for h in headers if "/s" in h and "(median)" in h]) <= 2  # fp32 and this precision, one unit
 

@@ -138,7 +138,7 @@ def test_report_output_under_a_file_is_one_line(tmp_path, capsys):
 # -- a full disk after measuring -------------------------------------------------------------------
 
 def test_rows_that_cannot_be_written_after_measuring_are_kept_elsewhere(mount_tmpfs, tmp_path, monkeypatch, capsys):
-    full = mount_tmpfs("full", "size=128k")  # room for the write probe, not for the rows
+    full = mount_tmpfs("full", "size=4k")  # room for the write probe, not for the rows
     system_tmp = tmp_path / "system-tmp"  # where the rows go instead: the system's temporary folder, this test's own
     system_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))

@@ -17,6 +17,9 @@ LEGEND = {"faster": "faster (interval above 1)", "slower": "slower (interval bel
           "no clear difference": "no clear difference", "too few repeats": "too few repeats: no interval (hollow)"}
 
 
+TEXT_CHARS = 44  # the comparison's words beside each row, folded at this width
+
+
 def show_ratio_chart(table: pd.DataFrame, labels: list[str], title: str, alt: str,
                      xlabel: str = "ratio (log scale; above 1 is faster)") -> None:
     """`table` has ratio, low, high, verdict and text (from effects.compare_variants); `labels`
@@ -26,13 +29,17 @@ def show_ratio_chart(table: pd.DataFrame, labels: list[str], title: str, alt: st
     from matplotlib.lines import Line2D
     keep = table["ratio"].notna().to_numpy()
     rows, labels = table[keep], [wrap_text(t, 60) for t, k in zip(labels, keep) if k]
-    if rows.empty:
+    if len(rows) < 2:  # one comparison: a chart of it compares nothing, the table above has its figures
         return
     y = np.arange(len(rows))[::-1]
-    fig, ax = plt.subplots(figsize=(10, 1.3 + 0.34 * len(rows)))
+    # Each comparison's words beside its row, folded so that the figure with them stays within the page
+    # (a long verdict, with its output check and emulation, once made it 1,347 px wide), rows spaced for them.
+    texts = [wrap_text(str(t), TEXT_CHARS) for t in rows["text"]]
+    lines = max(t.count("\n") + 1 for t in texts)
+    fig, ax = plt.subplots(figsize=(7.0, 1.3 + 0.34 * len(rows) * max(1.0, 0.6 * lines)))
     ax.axvspan(1 - MIN_EFFECT, 1 + MIN_EFFECT, color="#ececec", zorder=0)
     ax.axvline(1.0, color="black", linewidth=1, zorder=1)
-    for yi, row in zip(y, rows.to_dict("records")):
+    for yi, row, text in zip(y, rows.to_dict("records"), texts):
         colour = COLOURS.get(row["verdict"], "#6b6b6b")
         if pd.notna(row["low"]) and pd.notna(row["high"]):
             ax.errorbar(row["ratio"], yi, xerr=[[row["ratio"] - row["low"]], [row["high"] - row["ratio"]]], fmt="o",
@@ -40,7 +47,7 @@ def show_ratio_chart(table: pd.DataFrame, labels: list[str], title: str, alt: st
         else:
             ax.plot(row["ratio"], yi, "o", markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.6,
                     markersize=7, zorder=3)
-        ax.annotate(row["text"], (1.01, yi), xycoords=("axes fraction", "data"), va="center", fontsize=9,
+        ax.annotate(text, (1.01, yi), xycoords=("axes fraction", "data"), va="center", fontsize=8.5,
                     color=colour)
     values = pd.concat([rows["ratio"], rows["low"], rows["high"]]).dropna()
     lo, hi = min(values.min(), 1 - MIN_EFFECT), max(values.max(), 1 + MIN_EFFECT)
