@@ -521,3 +521,28 @@ def test_an_open_loop_the_server_cannot_keep_up_with_stops_as_over_saturated(ses
     assert row["message"].startswith("over-saturated: over the last 1 s,") and "the queue grew by" in row["message"]
     _, records = read_records(Path(row["records_file"]))
     assert len(records) < 400 and any(r.status == "cancelled" for r in records)
+
+
+@pytest.mark.alone  # the client's CPU share is the measurement: no other test's processes on the cores
+def test_beyond_the_clients_limit_the_point_is_flagged_client_saturated(tmp_path):
+    # An engine stand-in that answers at once (tests/fast_engine.py): 64 streams of 128 chunks are far beyond
+    # what one client loop reads without delay (docs/serving.md, "The client's own limit"), so the client sets
+    # the pace and the flag must say so.
+    from bench_core.serving.client import payload
+    from bench_core.serving.load import Load, run_point
+    from bench_core.serving.records import RequestRecord
+    port = free_port()
+    engine = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fast_engine.py")), str(port)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert engine.stdout.readline().strip() == "ready"
+        result = run_point(Load(256, concurrency=64, timeout_s=60), f"http://127.0.0.1:{port}/v1/completions",
+                           lambda i, user: (payload("completions", "stand-in", "hi", 128, {}), RequestRecord(i, 1, 128)))
+    finally:
+        engine.terminate()
+        engine.wait(10)
+    figures = metrics.figures(result.records, slo_ttft_ms=500, slo_tpot_ms=30, client_cpu_s=result.client_cpu_s,
+                              loop_lag_ms=result.loop_lag_ms)
+    assert figures["requests_ok"] == 256 and all(len(r.chunk_s) == 128 for r in result.records)
+    assert figures["output_tokens_total"] == 256 * 128  # the usage chunk read, as from a real engine
+    assert figures["client_saturated"], (figures["client_cpu_fraction"], figures["client_loop_lag_ms_p99"])

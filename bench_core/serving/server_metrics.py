@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 SCRAPE_S = 0.5
@@ -72,17 +72,17 @@ class Scraper:
             out["prefix_cache_hit_rate"] = sum(self.hit_rates) / len(self.hit_rates)
         return out
 
-    async def scrape(self, client: httpx.AsyncClient) -> None:
+    async def scrape(self, client: aiohttp.ClientSession) -> None:
         try:
-            response = await client.get(self.url, timeout=5.0)
-            if response.status_code == 200:
-                self.take(response.text)
-            else:
-                self.error = f"HTTP {response.status_code}"
-        except (httpx.HTTPError, ValueError) as exc:
+            async with client.get(self.url, timeout=aiohttp.ClientTimeout(total=5.0)) as response:
+                if response.status == 200:
+                    self.take(await response.text())
+                else:
+                    self.error = f"HTTP {response.status}"
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             self.error = type(exc).__name__
 
-    async def run(self, client: httpx.AsyncClient) -> None:
+    async def run(self, client: aiohttp.ClientSession) -> None:
         while True:
             await self.scrape(client)
             await asyncio.sleep(SCRAPE_S)
