@@ -46,7 +46,7 @@ def priced_results(tmp_path_factory):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
         code = main(["run", "--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2",
                      "--steps", "2", "--min-seconds", "0", "--warmup-steps", "1", "--repeats", "2", "--mode", "infer",
-                     "--device", "cpu", "--price-per-hour", "1.5", "--out", str(out), "-q"])
+                     "--device", "cpu", "--price-per-hour", "1.5", "--currency", "eur", "--out", str(out), "-q"])
     assert code == 0, err.getvalue()
     run_dir = next((out / "runs").iterdir())
     rows = json.loads((run_dir / "rows.json").read_text())
@@ -69,7 +69,8 @@ def test_the_report_draws_the_frontier_and_names_the_pick(priced_results, tmp_pa
     html = build_report(priced_results.dirs, tmp_path / "report.html").read_text()
     section = html[html.index('id="Cost-frontier"'):html.index('id="Published-figures"')]
     assert "Cost frontier: throughput against cost per million items" in section  # the chart's alt text
-    assert "images/s at" in section and "per million images" in section
+    assert "images/s at" in section and "EUR per million images" in section  # with the prices' currency
+    assert "price / device-hour, EUR" in section
     assert "the cheapest within 10% of the fastest is MID-GPU" in section
     assert "faster and cheaper" in html and "This section could not be drawn" not in section
 
@@ -88,3 +89,12 @@ def test_three_machines_give_a_frontier_and_a_pick(priced_results):
 def test_no_price_no_points(priced_results):
     rows = priced_results.rows.assign(cost_per_million=np.nan)
     assert cost_points(type(priced_results)(rows=rows, dirs=priced_results.dirs)).empty
+
+
+def test_a_currency_is_letters_and_belongs_to_a_price():
+    from bench_core import BenchConfig, ConfigError
+    assert BenchConfig(model="resnet18", price_per_hour=2.5, currency=" usd ").currency == "USD"
+    with pytest.raises(ConfigError, match="^currency: USD is the currency of price_per_hour, which is not given$"):
+        BenchConfig(model="resnet18", currency="USD")
+    with pytest.raises(ConfigError, match="^currency: must be a currency code of letters, such as USD or EUR, got"):
+        BenchConfig(model="resnet18", price_per_hour=2.5, currency="$$")

@@ -162,7 +162,8 @@ def test_the_headline_fits_a_1400_px_page(report):
         assert log.console_errors == []
         # Every element between the Headline heading and the next one: its tables, any pager or row count.
         found = page.evaluate("""() => {
-            const start = document.getElementById('Headline-results'), end = document.getElementById('Machines-side-by-side');
+            const start = document.getElementById('Headline-results');
+            const heads = [...document.querySelectorAll('h2')], end = heads[heads.indexOf(start.closest('h2') || start) + 1];
             const inside = e => start.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING
                              && e.compareDocumentPosition(end) & Node.DOCUMENT_POSITION_FOLLOWING;
             const tables = [...document.querySelectorAll('table.dataTable')].filter(inside);

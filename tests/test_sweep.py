@@ -265,10 +265,11 @@ def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path):
                          env={**os.environ, **AVX2_ONLY})
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    # six image models in train and infer, and llama-tiny in train and generate (its serving point is fp32 only)
+    # six image models in train and infer, and llama-tiny in train and generate (resnet18's batch curve and
+    # channels_last, and the two serving points, are fp32 only)
     for mode, count in (("train", 7), ("infer", 6), ("generate", 1)):
         assert f"amp-bf16 {mode} is emulated on cpu, so its {count} configuration(s) are left out (emulated: skip)" in text
-    assert "plan: 15 configuration(s) in 7 execution(s)" in text and "fp32 serve" in text and "min (an estimate" in text
+    assert "plan: 19 configuration(s) in 7 execution(s)" in text and "fp32 serve" in text and "min (an estimate" in text
     assert "amp-bf16" not in text.split("note:")[-1].split("\n", 1)[1]  # no execution of it is listed
     assert not (tmp_path / "out").exists()
 

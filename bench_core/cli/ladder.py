@@ -58,14 +58,15 @@ def main(args: argparse.Namespace) -> int:
     if args.out:
         for rung in ladder.rungs:
             results.write_run(args.out, rung.rows[0]["run_id"], rung.rows)
-    print(summary_text(ladder, cfg.slo_ttft_ms, cfg.slo_tpot_ms, cfg.price_per_hour))
+    print(summary_text(ladder, cfg.slo_ttft_ms, cfg.slo_tpot_ms, cfg.price_per_hour, cfg.currency))
     if args.out:
         print(f"rows of {len(ladder.rungs)} points in {Path(args.out) / 'results.csv'}; bench report {args.out} "
               "draws the frontier", file=sys.stderr)
     return EXIT_FAILED if ladder.stop == FAILED and len(ladder.rungs) == 1 else EXIT_OK
 
 
-def summary_text(ladder: Ladder, slo_ttft_ms: float, slo_tpot_ms: float, price: float | None) -> str:
+def summary_text(ladder: Ladder, slo_ttft_ms: float, slo_tpot_ms: float, price: float | None,
+                 currency: str | None = None) -> str:
     points = ladder.points()
     on_front = {id(p) for p in frontier(points)}
     head = (f"{ladder.kind:>11} {'requests/s':>10} {'output tok/s':>12} {'tok/s/user':>10} {'TTFT p50':>9} "
@@ -86,7 +87,7 @@ def summary_text(ladder: Ladder, slo_ttft_ms: float, slo_tpot_ms: float, price: 
         lines.append(f"client at the highest load ({ladder.kind} {top['load']:g}): {top['client_cpu_fraction'] or 0:.2f} "
                      f"of a core{' - saturated: it set the pace' if top['client_saturated'] else ', not saturated'}")
     lines.append("frontier (*): no other point has both more output tokens/s and more tokens/s per user"
-                 + ("; cost per million output tokens from --price-per-hour" if price else
+                 + (f"; cost per million output tokens from --price-per-hour, in {currency or 'its currency'}" if price else
                     "; give --price-per-hour for the cost per million output tokens along it"))
     lines.append(f"SLO (p99 TTFT <= {slo_ttft_ms:g} ms, p99 TPOT <= {slo_tpot_ms:g} ms): "
                  f"{ladder.slo().headline(slo_ttft_ms, slo_tpot_ms)}")

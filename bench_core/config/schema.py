@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from bench_core.config.serve import SERVE_FIELDS, check_shared_prefix, validate_serving
-from bench_core.config.values import as_bool, as_choice, as_float, as_int, as_str
+from bench_core.config.values import as_bool, as_choice, as_currency, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
@@ -30,7 +30,7 @@ SEARCH_FIELDS = ("max_batch_size", "batch_margin")  # settings of that search: p
 # Fields added after results were first recorded: they count in a configuration's hash only when set,
 # so a configuration measured before they existed keeps its hash (a sweep re-run finds it complete).
 HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
-                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames",
+                   "indices_per_lookup", "zipf_exponent", "latent_size", "denoise_steps", "audio_frames", "currency",
                    *SERVE_FIELDS)
 # Fields added later still whose default is not None: they count in the hash only when not at this default.
 HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none", "shared_prefix_len": 0,
@@ -131,6 +131,7 @@ class BenchConfig:
     dist_timeout_s: float = field(default=300.0, metadata=_opt("collective / rendezvous timeout in seconds"))
     profile: bool = field(default=False, metadata=_opt("run torch.profiler over a few steps after the timed window"))
     price_per_hour: float | None = field(default=None, metadata=_opt("device price per hour, for cost per million samples"))
+    currency: str | None = field(default=None, metadata=_opt("the currency of price_per_hour: USD, EUR, ... (letters)"))
 
     # -- mode serve (bench_core/serving; docs/serving.md) -------------------------------------
     engine: str | None = field(default=None, metadata=_opt(
@@ -175,11 +176,9 @@ class BenchConfig:
     trace_file: str | None = field(default=None, metadata=_opt(
         "mode serve: JSONL trace to replay (Mooncake: timestamp ms, input_length, output_length); steps caps it"))
     trace_time_scale: float | None = field(default=None, metadata=_opt("mode serve: trace gaps x this (default 1)"))
-    turns: int | None = field(default=None, metadata=_opt(
-        "mode serve: turns per conversation, each resending its history plus prompt_len new tokens (default 1)"))
+    turns: int | None = field(default=None, metadata=_opt("mode serve: turns of each conversation (default 1)"))
     think_time_s: float | None = field(default=None, metadata=_opt("mode serve, turns > 1: wait after a reply, s"))
-    saturation_s: float | None = field(default=None, metadata=_opt(
-        "mode serve, open loop: stop a point as over-saturated when its queue grows for this long (default 15)"))
+    saturation_s: float | None = field(default=None, metadata=_opt("mode serve: over-saturation window, s (default 15)"))
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -281,6 +280,7 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.min_seconds = as_float("min_seconds", cfg.min_seconds)
     cfg.dist_timeout_s = as_float("dist_timeout_s", cfg.dist_timeout_s, minimum=1.0)
     cfg.price_per_hour = as_float("price_per_hour", cfg.price_per_hour, optional=True)
+    cfg.currency = as_currency(cfg.currency, cfg.price_per_hour)
     cfg.channels_last = as_bool("channels_last", cfg.channels_last)
     cfg.cudnn_benchmark = as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
     cfg.profile = as_bool("profile", cfg.profile)

@@ -69,3 +69,15 @@ def as_str(name: str, value: Any) -> str:
     if any(ch in value for ch in "\n\r\x00"):
         raise ConfigError(name, "must be a single line of text")
     return value.strip()
+
+
+def as_currency(value: Any, price: float | None) -> str | None:
+    """The currency a price is in, as a short word of letters (USD, EUR, CHF), upper case; only with a price."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip().upper()
+    if not (text.isalpha() and 1 <= len(text) <= 5):
+        raise ConfigError("currency", f"must be a currency code of letters, such as USD or EUR, got {value!r}")
+    if price is None:
+        raise ConfigError("currency", f"{text} is the currency of price_per_hour, which is not given")
+    return text

@@ -14,6 +14,7 @@ import pandas as pd
 from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
 from bench_core.summary.html import (
     absent,
+    note,
     paragraph,
     seaborn,
     section,
@@ -21,7 +22,7 @@ from bench_core.summary.html import (
     show_table,
 )
 from bench_core.summary.load import WORKLOAD, Results, unit_items
-from bench_core.summary.text import num_text
+from bench_core.summary.text import currency_text, num_text, with_currency
 
 NEAR_FASTEST = 0.10   # "within 10 % of the fastest"
 GROUP = ["model", "mode", "input_shape"]          # what a buyer wants run
@@ -38,7 +39,7 @@ def cost_points(res: Results) -> pd.DataFrame:
         repeats=("throughput", "count"), throughput=("throughput", "median"),
         q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
         cost_per_million=("cost_per_million", "median"), throughput_unit=("throughput_unit", "first"),
-        price_per_hour=("price_per_hour", "median")).reset_index()
+        price_per_hour=("price_per_hour", "median"), currency=("currency", "first")).reset_index()
     points["pareto"] = False
     points["pick"] = False
     for _, group in points.groupby(GROUP, dropna=False, sort=False):
@@ -102,7 +103,13 @@ def show_cost_frontier(res: Results) -> None:
         absent("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "
              "device, or `bench run --price-per-hour`).")
         return
-    groups = list(points.groupby(GROUP, dropna=False, sort=False))
+    # A panel of one option compares nothing: its figures are in the table below.
+    groups = [(key, group) for key, group in points.groupby(GROUP, dropna=False, sort=False) if len(group) >= 2]
+    if not groups:
+        note("Every workload here ran in one configuration on one machine: its cost is in the table below. Two or "
+             "more (machines, precisions, batch sizes) of one workload draw its cost frontier.")
+        show_cost_table(points)
+        return
     columns = min(3, len(groups))
     rows = int(np.ceil(len(groups) / columns))
     # The whole figure within FIG_WIDTH_IN: a wider one is shrunk on the page, its text with it.
@@ -122,14 +129,18 @@ def show_cost_frontier(res: Results) -> None:
         ax.scatter([pick["cost_per_million"]], [pick["throughput"]], s=220, facecolors="none",
                    edgecolors="crimson", linewidths=1.6, zorder=3)
         unit = group["throughput_unit"].iloc[0]
-        ax.set(title=" · ".join(str(k) for k in key), xlabel=f"cost per million {unit_items(unit)} (log)",
+        ax.set(title=" · ".join(str(k) for k in key),
+               xlabel=with_currency(f"cost per million {unit_items(unit)}", group) + " (log)",
                ylabel=f"{unit} (log)")
         log_axis(ax.xaxis, group["cost_per_million"], min_span=3)
         log_axis(ax.yaxis, pd.concat([group["q25"], group["q75"], group["throughput"]]), min_span=3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
-    if axes.flat[0].get_legend():
-        sns.move_legend(axes.flat[0], "upper left", bbox_to_anchor=(0, -0.25), ncol=2, fontsize=9, frameon=False)
+    legend = axes.flat[0].get_legend()
+    if legend:  # one legend for the figure, below every panel (under the first it ran into the second row)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        legend.remove()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=4, fontsize=9, frameon=False)
     fig.suptitle("Throughput against cost. Dashed line: the Pareto frontier; red ring: the cheapest\n"
                  f"within {NEAR_FASTEST:.0%} of the fastest; bars: interquartile range of the repeats", y=1.04)
     fig.tight_layout()
@@ -138,13 +149,17 @@ def show_cost_frontier(res: Results) -> None:
     for line in picks.to_dict("records"):
         paragraph(f"{line['model']} {line['mode']} {line['input_shape']}: the cheapest within "
                   f"{NEAR_FASTEST:.0%} of the fastest is {line['pick']} ({num_text(line['pick_throughput'])} "
-                  f"{line['throughput_unit']} at {num_text(line['pick_cost'])} per million "
+                  f"{line['throughput_unit']} at {num_text(line['pick_cost'])} {currency_text(points)} per million "
                   f"{unit_items(line['throughput_unit'])}"
                   + ("; it is the fastest too)." if line["pick"] == line["fastest"] else
                      f", {line['slower_pct']:.0f} % slower and {line['cheaper_pct']:.0f} % cheaper than "
                      f"{line['fastest']})."))
+    show_cost_table(points)
+
+
+def show_cost_table(points: pd.DataFrame) -> None:
     show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "precision": "precision",
                         "batch_size": "batch / device", "world_size": "devices", "throughput": "throughput",
-                        "throughput_unit": "unit", "price_per_hour": "price / device-hour",
-                        "cost_per_million": "cost / million items (of the unit)",
+                        "throughput_unit": "unit", "price_per_hour": with_currency("price / device-hour", points),
+                        "cost_per_million": with_currency("cost / million items (of the unit)", points),
                         "pareto": "on the frontier", "pick": "pick"})

@@ -41,7 +41,7 @@ from bench_core.summary.tables import (
     scaling_table,
     step_times_long,
 )
-from bench_core.summary.text import is_present, num_text, wrap_text
+from bench_core.summary.text import is_present, num_text, with_currency, wrap_text
 
 
 @section
@@ -156,7 +156,7 @@ def show_efficiency(res: Results) -> None:
                          label=label_columns(table, always=("precision",) if several else ()))
     hue = "machine" if several else "precision"
     for column, xlabel in (("mfu_pct", "MFU, % of peak"), ("j_per_1k_samples", "joules per 1000 samples"),
-                           ("cost_per_million_samples", "cost per million samples")):
+                           ("cost_per_million_samples", with_currency("cost per million samples", table))):
         data = table.dropna(subset=[column])
         if not can_compare(data[column]):  # one figure is read from the table below
             continue
@@ -170,8 +170,8 @@ def show_efficiency(res: Results) -> None:
                "peak_source": "peak source", "embedding_gb_per_s": "embedding GB/s", "power_w_mean": "mean power W",
                "samples_per_j": "samples/J",
                "j_per_1k_samples": "J / 1k samples", "samples_per_s_per_w": "samples/s per W",
-               "energy_method": "energy from", "price_per_hour": "price / hour",
-               "cost_per_million_samples": "cost / million samples"}
+               "energy_method": "energy from", "price_per_hour": with_currency("price / hour", table),
+               "cost_per_million_samples": with_currency("cost / million samples", table)}
     table["disturbed_text"] = disturbed_marks(table)
     columns["disturbed_text"] = "disturbed repeats"
     show_table(table, {k: v for k, v in columns.items() if k in ("machine", "config", "samples_per_s")

@@ -20,7 +20,7 @@ from bench_core.serving.slo import frontier, highest_meeting
 from bench_core.summary.html import absent, columns_for, note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
 from bench_core.summary.tables import disturbed_marks, flag_disturbed
-from bench_core.summary.text import is_present, num_text
+from bench_core.summary.text import currency_text, is_present, num_text, with_currency
 
 FIGURES = ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_user", "ttft_ms_p50", "ttft_ms_p90",
            "prefix_cache_hit_rate", "prompt_tokens_mean", "output_tokens_mean", "send_lag_ms_p99",
@@ -65,7 +65,7 @@ def serving_points(res: Results) -> pd.DataFrame:
     for figure in WITH_INTERVAL:
         bounds = [interval(group) for _, group in grouped[figure]] if figure in rows else [(math.nan,) * 2] * len(table)
         table[f"{figure}_low"], table[f"{figure}_high"] = [b[0] for b in bounds], [b[1] for b in bounds]
-    for text in ("ttft_ms_p50_by_turn",):  # a conversation's TTFT by turn: the first repeat's words
+    for text in ("ttft_ms_p50_by_turn", "currency"):  # words: the first repeat's (a conversation's TTFT by turn)
         if text in rows:
             table[text] = grouped[text].first()
     table["slo_met"] = grouped["slo_met"].all()
@@ -118,7 +118,8 @@ def show_serving(res: Results) -> None:
               "stops at the first load that misses: the next higher point measured does not meet it.")
     show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
                                           "input_shape": "request", "headline": "highest load meeting the SLO",
-                                          "cost_per_million": "cost per million output tokens",
+                                          "cost_per_million": with_currency("cost per million output tokens",
+                                                                            points),
                                           "energy_j_per_output_token": "J per output token"}))
     paragraph(f"Each point: the median of its repeats, and for output tokens/s, TTFT and TPOT the "
               f"{CONFIDENCE * 100:.0f} % interval across them (Student's t on the logs of the repeats' values, as the "
@@ -213,10 +214,10 @@ def show_frontier(points: pd.DataFrame, res: Results) -> None:
     paragraph("The frontier: the measured points that no other point of the same model and traffic beats in both "
               "output tokens/s per GPU and tokens/s per user (InferenceX's chart; vLLM's plot_pareto). Left of it, "
               "a server is fast for each user and idle in between; right along it, it serves more at a cost in each "
-              "user's speed. The cost per million output tokens is price_per_hour's currency per million; a server "
+              f"user's speed. The cost per million output tokens is in {currency_text(front) or 'no currency'}; a server "
               "of several GPUs counts as one here (its rows do not say how many).")
     show_table(front, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
                                         "input_shape": "request", "load_kind": "load", "load": "rate / users",
                                         "tokens_per_s_per_user": "tokens/s per user",
                                         "output_tokens_per_s": "output tokens/s per GPU", "ttft_ms_p99": "TTFT p99 ms",
-                                        "cost_per_million": "cost per million output tokens"}))
+                                        "cost_per_million": with_currency("cost per million output tokens", front)}))

@@ -96,8 +96,8 @@ def show_headline(res: Results) -> None:
 def show_relative_speed(res: Results, baseline: str | None = None) -> None:
     table, per_machine, chosen, why = relative_speed(res, baseline)
     if res.ok["machine"].nunique() < 2:
-        note(f"One machine only ({chosen or 'none'}): add another machine's result directory "
-             "(bench report DIR_A DIR_B) to compare them here." if chosen else "No successful rows to compare.")
+        absent(f"One machine only ({chosen or 'none'}): add another machine's result directory "
+               "(bench report DIR_A DIR_B) to compare them here." if chosen else "No successful rows to compare.")
         return
     items = "".join(f"<li><strong>{esc(r['machine'])}</strong>: {esc(r['summary'])}.</li>"
                     for r in per_machine.to_dict("records"))
@@ -195,10 +195,9 @@ def disturbed_alt(marked: int) -> str:
 def show_amp_speedup(res: Results) -> None:
     table = amp_speedup_table(res)
     if table.empty:
+        skipped = " ".join(emulation_notes(res, table))  # why the sweep ran no reduced precision here, if it said
         absent("No AMP speed-up: it needs fp32 and a reduced precision (amp-fp16, amp-bf16, fp16, bf16, tf32) "
-             "of the same workload on the same machine.")
-        for line in emulation_notes(res, table):
-            paragraph(line)
+               "of the same workload on the same machine." + (f" {skipped}" if skipped else ""))
         return
     several = table["machine"].nunique() > 1
     table = table.assign(label=[f"{w} · {m}" if several else w for w, m in

@@ -262,7 +262,7 @@ def efficiency_table(res: Results) -> pd.DataFrame:
         peak_tflops=("peak_tflops", "median"), mfu=("mfu", "median"), peak_source=("peak_source", first),
         power_w_mean=("power_w_mean", "median"), samples_per_j=("samples_per_j", "median"),
         j_per_1k_samples=("j_per_1k_samples", "median"), samples_per_s_per_w=("samples_per_s_per_w", "median"),
-        energy_method=("energy_method", first), price_per_hour=("price_per_hour", "median"),
+        energy_method=("energy_method", first), price_per_hour=("price_per_hour", "median"), currency=("currency", first),
         cost_per_million_samples=("cost_per_million_samples", "median"), telemetry_note=("telemetry_note", first),
         mfu_note=("mfu_note", first), embedding_bytes_per_s=("embedding_bytes_per_s", "median"),
     ).reset_index()

@@ -81,3 +81,25 @@ def is_present(value) -> bool:
 def short_list(items, limit: int = 6) -> str:
     items = [str(i) for i in items]
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def currency_text(frame: pd.DataFrame) -> str:
+    """The currency of the prices behind a table's costs: 'USD', 'USD or EUR' where they differ (each row's own
+    is in results.csv), 'currency not stated' where a price came without one (the `currency` field); '' where
+    no row has a price."""
+    priced = next((c for c in ("price_per_hour", "cost_per_million", "cost_per_million_samples") if c in frame), None)
+    if priced:
+        frame = frame[frame[priced].map(is_present)]
+    if frame.empty:
+        return ""
+    if "currency" not in frame:
+        return "currency not stated"
+    stated = sorted({str(c) for c in frame["currency"] if is_present(c)})
+    missing = not frame["currency"].map(is_present).all()
+    return " or ".join(stated + (["currency not stated"] if missing or not stated else []))
+
+
+def with_currency(label: str, frame: pd.DataFrame) -> str:
+    """'cost per million samples, USD': a label of money with the currency of `frame`'s prices, where known."""
+    currency = currency_text(frame)
+    return f"{label}, {currency}" if currency else label
