@@ -271,3 +271,15 @@ def test_a_long_selftest_line_folds_under_its_name(capsys, monkeypatch):
     assert len(folded) > 3 and all(len(f) <= 80 for f in folded)
     assert folded[0].startswith("  [PASS   ] tf32") and all(f.startswith(" " * 12 + "flag_") for f in folded[1:])
     assert " ".join(" ".join(folded).split()) == " ".join(line.split())
+
+
+def test_the_terminal_table_of_an_emulated_precision_says_so_in_its_title():
+    from bench_core.cli.common import format_rows
+    from bench_core.results.rows import make_row
+    row = make_row(model="resnet18", mode="train", precision="amp-bf16", batch_size=2, world_size=1, device="cpu",
+                   device_type="cpu", device_name="AMD EPYC (Zen 4)", repeat=0, status="ok", samples_per_s=8.0,
+                   precision_support="emulated")
+    title = format_rows([row]).splitlines()[0]
+    assert title == ("resnet18 train amp-bf16 (EMULATED: amp-bf16 runs in software on this cpu: not what a GPU would "
+                     "show) batch 2 x1 on AMD EPYC (Zen 4)")
+    assert "EMULATED" not in format_rows([{**row, "precision_support": "native"}]).splitlines()[0]

@@ -174,3 +174,17 @@ def test_the_headline_fits_a_1400_px_page(report):
         for right, area in found["tables"]:
             assert right <= area + 1, found  # the table ends inside its output area: no sideways scroll
         assert page.evaluate("() => document.documentElement.scrollWidth") <= PAGE_PX
+
+
+def test_a_precision_emulated_here_is_named_so_beside_its_figures(report, monkeypatch):
+    from bench_core.summary import html as report_html
+    from bench_core.summary.load import load_results
+    from bench_core.summary.speed import show_headline
+    loaded = load_results([report[2].parent / "rows"])
+    amp = loaded.rows["precision"] == "amp-bf16"
+    rows = loaded.rows.assign(precision_support=["emulated" if a else "native" for a in amp])  # as on an AVX2 CPU
+    shown = []
+    monkeypatch.setattr(report_html, "display_obj", lambda obj: shown.append(str(getattr(obj, "data", ""))))
+    show_headline.__wrapped__(type(loaded)(rows=rows, dirs=loaded.dirs))
+    page = " ".join(shown)
+    assert "amp-bf16 (emulated)" in page and "fp32 (emulated)" not in page

@@ -201,7 +201,9 @@ def format_rows(rows: list[dict]) -> str:
     searched = " (batch_size max: found by search)" if first.get("batch_size_requested") == "max" else ""
     # A serving point has a load, not a batch: the users in a closed loop or the request rate.
     load = serve_load(first) if serve else f"batch {first['batch_size']}{searched} x{first.get('world_size') or 1}"
-    head = (f"{first['model']} {first['mode']} {first['precision']} {load} on "
+    emulated = (f" (EMULATED: {first['precision']} runs in software on this {first.get('device_type') or 'device'}: not "
+                "what a GPU would show)") if first.get("precision_support") == "emulated" else ""
+    head = (f"{first['model']} {first['mode']} {first['precision']}{emulated} {load} on "
             f"{first.get('device_name') or first['device']}")
     if ok.empty:
         return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}"

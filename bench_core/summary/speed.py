@@ -51,6 +51,8 @@ def show_headline(res: Results) -> None:
              "No result rows: nothing to summarise (see Overview for what was read).")
         return
     table["IQR of repeats"] = [f"{sig_text(a)} – {sig_text(b)}" for a, b in zip(table["q25"], table["q75"])]
+    # A precision this machine only emulates is named so beside its figures (emulation_notes say why).
+    table["precision"] = [f"{p} (emulated)" if e else p for p, e in zip(table["precision"], table["emulated"])]
     table["disturbed_text"] = disturbed_marks(table)
     for name in ("batch_size", "world_size", "repeats"):  # counts: whole numbers, not 3 significant figures
         if table[name].notna().all() and (table[name] % 1 == 0).all():

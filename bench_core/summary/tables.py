@@ -51,7 +51,8 @@ def headline_table(res: Results) -> pd.DataFrame:
         samples_per_s=("samples_per_s", "median"), sample_unit=("sample_unit", "first"),
         step_time_ms=("step_time_ms_median", "median"), mpx_per_s=("mpx_per_s", "median"),
         mvox_per_s=("mvox_per_s", "median"), images_per_s=("images_per_s", "median"),
-        peak_memory_mib=("_peak_memory_mib", "median"))
+        peak_memory_mib=("_peak_memory_mib", "median"),
+        emulated=("precision_support", lambda s: bool((s == "emulated").any())))
     return sort_table(table.reset_index())
 
 
