@@ -94,9 +94,25 @@ def cpu_run(tmp_path_factory) -> Path:
     return out
 
 
-def test_a_cpu_run_gives_a_gpu_roofline_bound_with_no_band(cpu_run):
+def test_a_small_batch_is_bound_by_the_launch_floor_its_kernels_and_the_host_cost_of_each(cpu_run, capsys):
+    """resnet18 at 32 px, batch 2: its kernels are microseconds of work, so the host's time to launch them
+    binds, not the GPU's FLOPs or bandwidth: the bound is batch / (kernels a step x the cost of each)."""
+    row = next(iter_rows(cpu_run))
+    ops = row["ops_per_step"]
+    assert 100 < ops < 2000  # a resnet18 training step: a forward, a backward and SGD, op by op
+    rows, _ = predict_dir(cpu_run, [spec("H100-SXM5-80GB")])
+    (r,) = rows
+    assert r["binds"] == f"launch floor ({ops:,} kernels a step x 5 us)"
+    assert r["predicted"] == pytest.approx(row["batch_size"] / (ops * measured.HOST_S_PER_OP))
+    done = bench_here(capsys, "predict", "--from", str(cpu_run), "--gpu", "H100-SXM5-80GB")
+    assert "5 us a kernel" in done.stdout and "jiahuanglin.xyz" in done.stdout  # the constant and its source
+
+
+def test_a_cpu_run_gives_a_gpu_roofline_bound_with_no_band(cpu_run, monkeypatch):
     """A CPU's efficiency against its own peak says nothing of a GPU's: from a CPU run, `bench
     predict` gives the GPU's bound for the counted work ("at most"), with no band and no efficiency."""
+    # Without the launch floor (which binds both GPUs alike at this size: the test above), the spec sheets decide.
+    monkeypatch.setattr(measured, "HOST_S_PER_OP", 1e-12)
     rows, notes = predict_dir(cpu_run, [spec("H100-SXM5-80GB"), spec("L4")])
     assert not notes and len(rows) == 2
     for r in rows:

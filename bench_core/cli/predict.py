@@ -8,7 +8,7 @@ import json
 
 from bench_core.cli.common import text_table
 from bench_core.errors import EXIT_OK, ConfigError
-from bench_core.predict.measured import band_text, bands, predict_dir
+from bench_core.predict.measured import FLOOR_SOURCE, band_text, bands, predict_dir
 from bench_core.predict.model import TERMS
 from bench_core.predict.published import ablations, error_table, fmt_pct, predictions
 from bench_core.predict.specs import predictable_names, spec
@@ -94,6 +94,8 @@ def main(args: argparse.Namespace) -> int:
                       for r in rows], prose=("band", "binds")))
     if any(r["kind"] == "bound" for r in rows):
         print("\nat most: measured on a CPU, so the GPU's roofline bound for the FLOPs and bytes the run counted "
-              "(no efficiency carried over); a real step also waits on kernel launches and the host, most at small "
-              "batches.")
+              "(no efficiency carried over), capped by the launch floor where the host binds.")
+    if any(r["binds"].startswith("launch floor") for r in rows):
+        print(f"launch floor: the kernels one eager step ran (counted in the run) x the host's time per kernel, "
+              f"{FLOOR_SOURCE}: no GPU runs the step faster.")
     return EXIT_OK

@@ -52,6 +52,7 @@ class Counted:
     # the memory bandwidth: an upper bound of DRAM traffic (fusion and caches lower it).
     flop_op_bytes: int = 0
     other_bytes: int = 0
+    ops: int = 0                          # the step's ops that run a kernel (views and size queries left out)
 
 
 def count_flops(step: Callable[[], object]) -> Counted:
@@ -69,7 +70,7 @@ def count_flops(step: Callable[[], object]) -> Counted:
     with _counting_mode(counter) as mode:
         step()
     return Counted(counter.get_total_flops() or None, tuple(sorted(mode.kernels)), mode.moved[True],
-                   mode.moved[False])
+                   mode.moved[False], mode.launched)
 
 
 def formula_fixes() -> dict:
@@ -126,6 +127,7 @@ def _counting_mode(counter):
             super().__init__(counter)
             self.kernels: set[str] = set()
             self.moved = {True: 0, False: 0}  # op counts FLOPs -> bytes its inputs and outputs take
+            self.launched = 0  # ops run that are not views: each one kernel on a GPU, launched by the host
             self.plans: dict = {}  # op -> what to do with it: one dict lookup per op
 
         def plan(self, func) -> tuple:
@@ -166,6 +168,7 @@ def _counting_mode(counter):
                 self.kernels.add(kernel)
             out = func(*args, **kwargs)
             if bytes_of is not None:
+                self.launched += 1
                 self.moved[bytes_of] += tensor_bytes(args) + tensor_bytes(kwargs.values()) + tensor_bytes((out,))
             if has_formula:
                 counter._count_flops(func._overloadpacket, out, args, kwargs)

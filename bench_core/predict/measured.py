@@ -35,6 +35,16 @@ GROUPS = (GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE)
 # the published pairs ran at batches of 64 and more (lambdal's ResNet-50, MLPerf's BERT).
 SMALL_BATCH_BELOW = 32
 LLM_TASKS = ("causal-lm",)
+# The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
+# (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
+# less than ops_per_step x this. 5 us is the low end of the 5-25 us of CPU-side dispatch one op costs in
+# eager PyTorch on a current GPU server (jiahuanglin.xyz, "From PyTorch op to kernel launch", GPU kernel
+# serving lesson 18: cudaLaunchKernel alone 1-3 us): the floor is a lower bound of the step, so a
+# prediction capped by it stays an upper bound. Not yet taken from a GPU run of ours (a batch ladder of one
+# small model on the lent GPU would give it: issue 53).
+HOST_S_PER_OP = 5e-6
+FLOOR_SOURCE = ("5 us a kernel: the low end of eager PyTorch's 5-25 us of host time per op (jiahuanglin.xyz, "
+                "'From PyTorch op to kernel launch'), not yet measured on a GPU here")
 
 
 def ok_rows(result_dir: str | Path) -> list[dict]:
@@ -55,7 +65,7 @@ def configurations(rows: list[dict]) -> list[dict]:
         first = group[0]
         merged = {k: first.get(k) for k in (*WORKLOAD, "device_type", "device_name", "peak_tflops", "peak_source",
                                             "params_count", "sample_unit", "task", "precision_support",
-                                            "concurrency")}
+                                            "concurrency", "ops_per_step")}
         merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(r.get("noise_flags") or "").split(";")
                                                  if f})) or None
         for k in NEEDED:
@@ -168,6 +178,10 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
             else:
                 p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
                 value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
+            ops = conf.get("ops_per_step")
+            floor = devices * conf["batch_size"] / (float(ops) * HOST_S_PER_OP) if ops else None
+            if floor is not None and floor < value:  # the host cannot launch the step's kernels any faster
+                value, binds = floor, f"launch floor ({int(ops):,} kernels a step x {HOST_S_PER_OP * 1e6:g} us)"
             error = measured[0] if measured else None
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                          "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],

@@ -34,7 +34,7 @@ from bench_core.errors import user_frame
 #    peak_tflops_bf16; serve: shared_prefix_len, energy_j_per_output_token; timed_s_host and
 #    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
 # 7: model_code_path, model_code_sha256, model_code_commit (a model from your code); 8: serving traffic's
-#    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, prefix_cache_hit_rate, ...)
+#    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, ...); ops_per_step
 SCHEMA_VERSION = 8
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -286,8 +286,8 @@ _EFFICIENCY = [
     ("bytes_per_sample_flop_ops", "bytes the ops that count FLOPs (matmuls, convs, attention) read and write per "
                                   "sample in one step, nothing fused or cached (their tensor inputs and outputs; "
                                   "the per-step weights spread over the batch): `bench predict`'s memory term"),
-    ("bytes_per_sample_other_ops", "bytes all other ops (elementwise, norms, reductions, optimizer) read and write "
-                                   "per sample in one step, counted as bytes_per_sample_flop_ops"),
+    ("bytes_per_sample_other_ops", "bytes all other ops (elementwise, norms, ...) move per sample in one step, likewise"),
+    ("ops_per_step", "ops one eager step ran that are not views (on a GPU, a kernel each): `bench predict`'s launch floor"),
     ("achieved_tflops", "flops_per_sample x samples_per_s / 1e12"),
     ("peak_tflops", "dense peak TFLOP/s per device for the precision used"),
     ("peak_source", "where the peak comes from (datasheet, or 'measured' on CPU)"),

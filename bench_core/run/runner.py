@@ -407,7 +407,8 @@ def _flops_fields(counted: flops.Counted, formula: tuple[float, str] | None, bat
     return {"flops_per_sample": per_sample, "flops_method": method, "flops_per_sample_counted": per_sample_counted,
             "attention_kernel": kernel,
             "bytes_per_sample_flop_ops": counted.flop_op_bytes / batch if counted.flop_op_bytes else None,
-            "bytes_per_sample_other_ops": counted.other_bytes / batch if counted.other_bytes else None}
+            "bytes_per_sample_other_ops": counted.other_bytes / batch if counted.other_bytes else None,
+            "ops_per_step": counted.ops or None}
 
 
 def _finiteness(cfg, output) -> dict:
