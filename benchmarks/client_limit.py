@@ -7,7 +7,7 @@ the connection pool, the event loop, parsing). The limit is the most streams (an
 stays under 1 ms; beyond it the row's client-saturated flag (client CPU above 0.9 of a core, or the loop's
 p99 lag above 50 ms) should fire.
 
-    .venv/bin/python benchmarks/client_limit.py [--chunks 16 128] [--streams 1 2 4 ... 256] [--json OUT]
+    .venv/bin/python benchmarks/client_limit.py [--chunks 16 128] [--streams 1 2 4 ... 256] [--workers N] [--json OUT]
 """
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def point(url: str, streams: int, chunks: int, requests: int) -> dict:
+def point(url: str, streams: int, chunks: int, requests: int, workers: int = 1) -> dict:
     def make(i, user):
         return payload("completions", "stand-in", "hello", chunks, {}), RequestRecord(i, 1, chunks)
-    result = run_point(Load(requests, concurrency=streams, timeout_s=60), url, make)
+    result = run_point(Load(requests, concurrency=streams, timeout_s=60, workers=workers), url, make)
     figures = metrics.figures(result.records, slo_ttft_ms=500, slo_tpot_ms=30, client_cpu_s=result.client_cpu_s,
                               loop_lag_ms=result.loop_lag_ms)
     received = sum(len(r.chunk_s) for r in result.records if r.ok)
@@ -55,6 +55,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     parser.add_argument("--chunks", type=int, nargs="+", default=[16, 128])
     parser.add_argument("--requests-per-stream", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1, help="client processes (mode serve's client_workers)")
     parser.add_argument("--json", metavar="OUT", help="write every point as JSON")
     args = parser.parse_args()
     port = free_port()
@@ -63,7 +64,7 @@ def main() -> int:
                               stdout=subprocess.PIPE, text=True)
     try:
         assert engine.stdout.readline().strip() == "ready"
-        if len(cpus) > 1:  # the stand-in on the last CPU, the client on the others
+        if len(cpus) > 1 and args.workers == 1:  # the stand-in on the last CPU, the one client process on the others
             os.sched_setaffinity(engine.pid, {cpus[-1]})
             os.sched_setaffinity(0, set(cpus[:-1]))
         url = f"http://127.0.0.1:{port}/v1/completions"
@@ -73,7 +74,7 @@ def main() -> int:
               f"{'client CPU':>10} {'lag p99 ms':>10} saturated")
         for chunks in args.chunks:
             for streams in args.streams:
-                row = point(url, streams, chunks, max(args.requests_per_stream * streams, 32))
+                row = point(url, streams, chunks, max(args.requests_per_stream * streams, 32), args.workers)
                 rows.append(row)
                 print(f"{streams:>7} {chunks:>10} {row['ttft_ms_p50']:>11.3f} {row['ttft_ms_p99']:>11.3f} "
                       f"{row['chunks_per_s']:>10.0f} {row['client_cpu_fraction']:>10.2f} "

@@ -439,6 +439,16 @@ def test_a_three_turn_conversation_resends_its_history_and_says_ttft_by_turn(ses
     assert figures_of(row) == {k: row[k] for k in figures_of(row)}
 
 
+def test_two_client_processes_share_a_point_and_its_records_are_one_point_on_one_clock(session, folder):
+    (row,) = session.measure(serve_config(folder, concurrency=4, steps=8, client_workers=2))
+    assert row["status"] == "ok" and row["requests_ok"] == 8 and row["client_workers"] == 2, row["message"]
+    _, records = read_records(Path(row["records_file"]))
+    assert len({r.index for r in records}) == 8
+    for r in records:  # each worker's times put on the point's clock: in order, inside the window
+        assert 0 <= r.send_s <= r.first_chunk_s <= r.end_s <= row["serve_window_s"] + min(x.send_s for x in records)
+    assert figures_of(row) == {k: row[k] for k in figures_of(row)}
+
+
 def test_the_ladder_doubles_the_load_until_it_saturates_and_the_report_draws_its_frontier(session, folder, tmp_path):
     from bench_core import results
     from bench_core.scenarios.ladder import LAST_RUNG, climb
@@ -471,6 +481,7 @@ def test_the_ladder_doubles_the_load_until_it_saturates_and_the_report_draws_its
     (["--prompt-file", "{long}"], "prompt_file", "beyond the model's context of 128"),
     (["--turns", "40", "--prompt-len", "64", "--new-tokens", "64"], "turns", "beyond the model's context"),
     (["--turns", "2", "--request-rate", "3"], "turns", "request_rate contradicts it"),
+    (["--turns", "2", "--client-workers", "2"], "client_workers", "cannot share the conversations"),
 ])
 def test_bad_traffic_is_one_line_naming_the_field_and_nothing_is_written(capsys, tmp_path, folder, flags, field, words):
     files = {"bad_line": '{"prompt": "a"}\n{"prompt": \n', "empty": "\n", "no_prompt": '{"text": "a"}\n',

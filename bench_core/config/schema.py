@@ -34,7 +34,7 @@ HASHED_WHEN_SET = ("seq_len", "prompt_len", "new_tokens", "num_tables", "rows_pe
                    *SERVE_FIELDS)
 # Fields added later still whose default is not None: they count in the hash only when not at this default.
 HASHED_WHEN_NOT = {"parallelism": "ddp", "tp_degree": 1, "activation_checkpointing": "none", "shared_prefix_len": 0,
-                   "length_dist": "fixed", "trace_time_scale": 1.0, "turns": 1, "think_time_s": 0.0, "saturation_s": 15.0}
+                   "length_dist": "fixed", "trace_time_scale": 1.0, "turns": 1, "think_time_s": 0, "saturation_s": 15, "client_workers": 1}
 
 
 # With compile on, the first calls compile and (reduce-overhead) record CUDA graphs over 2-3
@@ -173,8 +173,8 @@ class BenchConfig:
         "mode serve: lengths around prompt_len and new_tokens: fixed (default), uniform:R, normal:CV, lognormal:SIGMA"))
     prompt_file: str | None = field(default=None, metadata=_opt(
         "mode serve: JSONL of your prompts, a line each: {\"prompt\": ...} or {\"messages\": [...]}, [\"max_tokens\"]"))
-    trace_file: str | None = field(default=None, metadata=_opt(
-        "mode serve: JSONL trace to replay (Mooncake: timestamp ms, input_length, output_length); steps caps it"))
+    trace_file: str | None = field(default=None, metadata=_opt("mode serve: JSONL trace to replay (Mooncake's form)"))
+    client_workers: int | None = field(default=None, metadata=_opt("mode serve: client processes (default 1)"))
     trace_time_scale: float | None = field(default=None, metadata=_opt("mode serve: trace gaps x this (default 1)"))
     turns: int | None = field(default=None, metadata=_opt("mode serve: turns of each conversation (default 1)"))
     think_time_s: float | None = field(default=None, metadata=_opt("mode serve, turns > 1: wait after a reply, s"))

@@ -11,11 +11,11 @@ from bench_core.errors import ConfigError
 SERVE_FIELDS = ("engine", "server_url", "served_model", "model_dir", "server_args", "endpoint", "concurrency",
                 "request_rate", "burstiness", "request_timeout_s", "server_timeout_s", "slo_ttft_ms", "slo_tpot_ms",
                 "max_error_rate", "shared_prefix_len", "length_dist", "prompt_file", "trace_file", "trace_time_scale",
-                "turns", "think_time_s", "saturation_s")
+                "turns", "think_time_s", "saturation_s", "client_workers")
 SERVE_DEFAULTS = {"engine": "transformers", "endpoint": "completions", "burstiness": 1.0, "request_timeout_s": 120.0,
                   "server_timeout_s": 600.0, "slo_ttft_ms": 500.0, "slo_tpot_ms": 30.0, "max_error_rate": 0.5,
                   "shared_prefix_len": 0, "length_dist": "fixed", "trace_time_scale": 1.0, "turns": 1, "think_time_s": 0.0,
-                  "saturation_s": 15.0}
+                  "saturation_s": 15.0, "client_workers": 1}
 ENDPOINTS = ("completions", "chat")
 # Limits that catch a typo (a million users, a billion requests/s) rather than a real load.
 MAX_CONCURRENCY, MAX_REQUEST_RATE = 100_000, 1_000_000.0
@@ -88,6 +88,10 @@ def validate_traffic(cfg) -> None:
             if getattr(cfg, name):
                 raise ConfigError("turns", f"{cfg.turns} turns are conversations of concurrency users in a closed "
                                            f"loop; {name} contradicts it: leave it empty")
+    cfg.client_workers = as_int("client_workers", cfg.client_workers, minimum=1)
+    if cfg.client_workers > 1 and cfg.turns > 1:
+        raise ConfigError("client_workers", f"{cfg.client_workers} processes cannot share the conversations of "
+                                            f"{cfg.turns} turns (each keeps its history in one process); allowed: 1")
     cfg.saturation_s = as_float("saturation_s", cfg.saturation_s, minimum=float("-inf"))
     if cfg.saturation_s <= 0:
         raise ConfigError("saturation_s", f"must be a positive number of seconds, got {cfg.saturation_s:g}")

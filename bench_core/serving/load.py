@@ -9,6 +9,12 @@
 - A trace (`arrivals`): the sends at the trace's times instead of drawn gaps.
 - Conversations: a closed loop whose users each carry a state (make_body is given the user, `after`
   is told each of its finished requests) and wait `think_s` between their requests.
+- Worker processes (`workers` > 1, as vLLM's and GuideLLM's clients use them where one event loop cannot
+  read every chunk on time): the point's requests, built here, are dealt round-robin to processes of
+  their own, each with its own loop and connections, started together at one instant on the machine's
+  one monotonic clock; their records are put back on this process's clock. Each stops on its own share
+  (error rate, over-saturation); the client's CPU is the busiest worker's. Conversations stay in one
+  process (a user's history lives in it).
 - A point stops early when its error rate passes `max_error_rate` (after MIN_FOR_ERROR_RATE
   finished requests), or, in an open loop, when it is over-saturated: over the last `saturation_s`
   requests arrived more than OVER_ARRIVALS times as fast as they finished and at least OVER_BACKLOG
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import random
 import time
 from dataclasses import dataclass, field
@@ -50,6 +57,8 @@ class Load:
     arrivals: list[float] | None = None  # a trace's send times (s from the first); replaces rate's gaps
     think_s: float = 0.0             # closed loop: a user's wait after each finished request
     saturation_s: float = 15.0       # open loop: the window of the over-saturation stop
+    workers: int = 1                 # client processes sharing the point (independent requests only)
+    start_at: float | None = None    # perf_counter at which to start (a worker waits for its siblings)
 
     @property
     def open_loop(self) -> bool:
@@ -57,8 +66,8 @@ class Load:
 
     def gaps(self) -> list[float]:
         """The arrival process: seconds between successive sends (the first at 0)."""
-        if self.arrivals:
-            return [0.0] + [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
+        if self.arrivals:  # from the point's start: a worker's share of a trace starts at its first arrival
+            return [self.arrivals[0]] + [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
         if not self.rate:
             return [0.0] * self.requests
         rng = random.Random(self.seed)
@@ -85,6 +94,8 @@ def run_point(load: Load, url: str, make_body: Callable[[int, int | None], tuple
 
     Where an event loop already runs in this thread (a notebook kernel's: a sweep runs each
     configuration inside one), the point runs on a thread of its own with its own loop."""
+    if load.workers > 1 and after is None:
+        return _run_in_workers(load, url, make_body, metrics_url)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -98,6 +109,8 @@ async def _run(load: Load, url: str, make_body, metrics_url: str = "", after=Non
     lags: list[float] = []
     stop = asyncio.Event()
     stopped = ""
+    if load.start_at is not None:
+        await asyncio.sleep(max(0.0, load.start_at - time.perf_counter()))
     cpu0, t0 = time.process_time(), time.perf_counter()
     watcher = asyncio.create_task(_watch_loop(lags, stop))
     in_flight = load.concurrency or load.requests
@@ -231,3 +244,53 @@ async def _watch_saturation(records: list[RequestRecord], load: Load, stop: asyn
                         "measure the queue)")
     except asyncio.CancelledError:
         return ""
+
+
+START_SLACK_S = 0.2  # from the workers' being ready (started, this module imported) to the point's start
+
+
+def _run_in_workers(load: Load, url: str, make_body, metrics_url: str) -> PointResult:
+    """The point on `load.workers` processes (spawned: nothing of this process's state is copied), each
+    sending every workers-th request of the point, at the same instant and the same due times."""
+    import dataclasses
+    import multiprocessing
+    requests = [make_body(i, None) for i in range(load.requests)]
+    due = list(itertools.accumulate(load.gaps()))
+    workers = min(load.workers, load.requests)
+    context = multiprocessing.get_context("spawn")
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+    list(pool.map(_ready, [START_SLACK_S] * workers))  # each on a process of its own, ready to send
+    start = time.perf_counter() + START_SLACK_S
+    shares = []
+    for w in range(workers):
+        mine = list(range(w, load.requests, workers))
+        users = None if load.concurrency is None else max(1, len(range(w, load.concurrency, workers)))
+        share = dataclasses.replace(load, requests=len(mine), concurrency=users, workers=1, start_at=start,
+                                    arrivals=[due[i] for i in mine] if load.open_loop else None, rate=None)
+        shares.append((share, url, [requests[i] for i in mine], metrics_url if w == 0 else ""))
+    with pool:
+        parts = list(pool.map(_worker, shares))
+    records = []
+    for part in parts:  # every worker's times onto the point's start (one monotonic clock for the machine)
+        shift = part.started - start
+        for r in part.records:
+            for name in ("send_s", "first_chunk_s", "end_s", "scheduled_s"):
+                value = getattr(r, name)
+                setattr(r, name, None if value is None else value + shift)
+            r.chunk_s = [t + shift for t in r.chunk_s]
+            records.append(r)
+    return PointResult(sorted(records, key=lambda r: r.index), start, max(p.started + p.wall_s for p in parts) - start,
+                       max(p.client_cpu_s for p in parts), [lag for p in parts for lag in p.loop_lag_ms],
+                       "; ".join(p.stopped for p in parts if p.stopped), parts[0].server)
+
+
+def _worker(share) -> PointResult:
+    """One worker process's part of a point: its requests, prebuilt, in order (see _run_in_workers)."""
+    load, url, requests, metrics_url = share
+    return asyncio.run(_run(load, url, lambda i, user: requests[i], metrics_url))
+
+
+def _ready(pause: float) -> None:
+    """A worker's first task: it is started and has imported this module; held for `pause` so that every
+    worker of the pool takes one."""
+    time.sleep(pause)

@@ -91,7 +91,8 @@ class ServingSession:
         arrivals = None if warm_up else traffic.arrivals(requests)
         load = Load(requests, concurrency=concurrency, rate=None if arrivals else rate, burstiness=cfg.burstiness,
                     seed=cfg.seed + start, max_error_rate=cfg.max_error_rate, timeout_s=cfg.request_timeout_s,
-                    arrivals=arrivals, think_s=cfg.think_time_s if talks else 0.0, saturation_s=cfg.saturation_s)
+                    arrivals=arrivals, think_s=cfg.think_time_s if talks else 0.0, saturation_s=cfg.saturation_s,
+                    workers=1 if warm_up or talks else cfg.client_workers)
         metrics_url = self.server.url + self.engine.metrics_path if self.engine.metrics_path else ""
         make = (lambda i, user: talks.body(start + i, user)) if talks else \
             (lambda i, user: traffic.body(start + i, i))
