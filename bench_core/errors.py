@@ -45,6 +45,13 @@ def user_frame(exc: BaseException) -> str:
     return f" (at {os.path.basename(found.filename)}:{found.lineno} in {found.name})" if found else ""
 
 
+def error_message(exc: BaseException) -> str:
+    """`Type: first line of the message`, as failure rows, notes and refusals carry it, and where the user's
+    own code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:500] if lines else type(exc).__name__}{user_frame(exc)}"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler, `kill`, `timeout`), raised where Ctrl-C would be and handled like it:
     what finished is kept, the rest is recorded as interrupted, children are stopped."""

@@ -11,7 +11,7 @@ import math
 import uuid
 
 from bench_core.config.schema import BenchConfig
-from bench_core.errors import user_frame
+from bench_core.errors import error_message  # noqa: F401 - re-exported: rows and notes say exceptions so
 
 # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
@@ -374,12 +374,6 @@ def first_line(text: str, limit: int = 500) -> str:
     """The first line of a message, cut to `limit` characters: a row's message is one line."""
     lines = str(text).strip().splitlines()
     return lines[0][:limit] if lines else ""
-
-
-def error_message(exc: BaseException) -> str:
-    """`Type: first line of the message`, as failure rows and notes carry it, and where the user's own
-    code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'."""
-    return f"{type(exc).__name__}: {first_line(str(exc)) or type(exc).__name__}{user_frame(exc)}"
 
 
 def make_row(**values) -> dict:

@@ -26,7 +26,7 @@ from typing import Callable
 from bench_core.config.schema import BenchConfig
 from bench_core.errors import ConfigError
 from bench_core.launch.engine_server import open_server
-from bench_core.serving.slo import SloAnswer, frontier, highest_meeting  # noqa: F401 - frontier re-exported
+from bench_core.serving.slo import SloAnswer, highest_meeting
 
 LADDERS = ("concurrency", "rate")
 SATURATED, LATENCY, FAILED, CLIENT, LAST_RUNG = "saturated", "latency", "failed", "client", "last rung"

@@ -67,7 +67,10 @@ async def send(client: aiohttp.ClientSession, url: str, body: dict, record: Requ
             if record.output_tokens is None:
                 return _failed(record, t0, "stream ended without usage (the server closed it early)"
                                            if not done else "stream had no usage chunk")
-    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+    except aiohttp.ConnectionTimeoutError:
+        return _failed(record, t0, f"ConnectTimeout: no connection within {client.timeout.sock_connect:g} s "
+                                   "(request_timeout_s)")
+    except asyncio.TimeoutError:  # aiohttp's read timeout is one
         return _failed(record, t0, f"ReadTimeout: no chunk for {client.timeout.sock_read:g} s (request_timeout_s)")
     except (aiohttp.ClientError, ValueError) as exc:
         return _failed(record, t0, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": "))

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bench_core.errors import ConfigError
+from bench_core.errors import ConfigError, error_message
 from bench_core.workload.family import SHAPE_FIELDS, ModelSpec, Task, Workload, first_tensor
 from bench_core.workload.precision import resolve_precision
-from bench_core.workload.user_code import PREFIX, CodeRef, load, locate, on_path, said, sha256_of
+from bench_core.workload.user_code import PREFIX, CodeRef, load, locate, on_path, sha256_of
 
 GIVEN = ("batch_size", "device", "dtype", "mode")  # what the function may take besides shape fields
 _PROBES = 64  # probes (meta-device calls) kept per function
@@ -119,7 +119,7 @@ class CustomTask(Task):
         try:
             card = self.fn(**{k: v for k, v in given.items() if k in params})
         except Exception as exc:  # noqa: BLE001 - the user's code, said in one line
-            raised = ConfigError("model", f"{self.ref.shown}: {self.ref.function}() raised {said(exc)}")
+            raised = ConfigError("model", f"{self.ref.shown}: {self.ref.function}() raised {error_message(exc)}")
             raised.by_user = True
             raise raised from None
         return self._checked(card, torch.device(device), batch_size)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench_core.errors import ConfigError, user_frame
+from bench_core.errors import ConfigError, error_message
 
 PREFIX = "code"
 SYNTAX = "code:<file.py>:<function> or code:<module>:<function>"
@@ -90,7 +90,7 @@ def _import_file(path: Path, sha256: str, inner: str):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - the user's import, said in one line
-        raise ConfigError("model", f"code:{inner}: importing {path.name} raised {said(exc)}") from None
+        raise ConfigError("model", f"code:{inner}: importing {path.name} raised {error_message(exc)}") from None
     sys.modules[name] = module
     return module
 
@@ -112,9 +112,9 @@ def _import_module(where: str, inner: str):
         if exc.name and where.startswith(exc.name):
             raise ConfigError("model", f"code:{inner}: no module {where!r} on the import path or in "
                                        f"{os.getcwd()}; expected {SYNTAX}") from None
-        raise ConfigError("model", f"code:{inner}: importing {where} raised {said(exc)}") from None
+        raise ConfigError("model", f"code:{inner}: importing {where} raised {error_message(exc)}") from None
     except Exception as exc:  # noqa: BLE001
-        raise ConfigError("model", f"code:{inner}: importing {where} raised {said(exc)}") from None
+        raise ConfigError("model", f"code:{inner}: importing {where} raised {error_message(exc)}") from None
     # Children (the sweep's kernels, torchrun's workers) start elsewhere: they find the module where we did.
     root = Path(module.__file__).resolve().parents[where.count(".")] if getattr(module, "__file__", None) else None
     if root and str(root) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
@@ -132,9 +132,3 @@ def _commit(path: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{commit}-dirty" if changed else commit
-
-
-def said(exc: BaseException) -> str:
-    """`Type: message (at file:line in function)`: the exception and its last frame in the user's code."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}{user_frame(exc)}"
