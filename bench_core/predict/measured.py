@@ -17,6 +17,8 @@ import statistics
 from pathlib import Path
 
 from bench_core.errors import ConfigError
+from bench_core.predict import groups
+from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
 from bench_core.predict.model import TERMS, Profile, Setup, Times, predict, times
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import Spec, math_class, spec_for_device
@@ -26,15 +28,6 @@ from bench_core.results.store import iter_rows
 
 # What a row must carry to be predicted from.
 NEEDED = ("samples_per_s", "flops_per_sample", "bytes_per_sample_flop_ops", "bytes_per_sample_other_ops")
-# The groups of predictions, each with the published pairs that measure its error (none: no band).
-GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE = (
-    "GPU to GPU in training", "inference", "LLM training", "small batches", "a CPU source")
-GROUPS = (GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE)
-# Below this batch per device a step is launch- and host-bound on a GPU (a few microseconds of
-# kernels, tens of microseconds of Python and dispatch per op): the model has no term for it, and
-# the published pairs ran at batches of 64 and more (lambdal's ResNet-50, MLPerf's BERT).
-SMALL_BATCH_BELOW = 32
-LLM_TASKS = ("causal-lm",)
 # The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
 # (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
 # less than ops_per_step x this. 5 us is the low end of the 5-25 us of CPU-side dispatch one op costs in
@@ -104,15 +97,7 @@ def source_setup(conf: dict) -> Setup:
 
 def group_of(conf: dict) -> str:
     """Which group's measured pairs (if any) stand behind a prediction from `conf`."""
-    if conf.get("device_type") != "cuda":
-        return CPU_SOURCE
-    if conf.get("mode") != "train":
-        return INFERENCE
-    if conf.get("task") in LLM_TASKS:
-        return LLM_TRAINING
-    if isinstance(conf.get("batch_size"), int) and conf["batch_size"] < SMALL_BATCH_BELOW:
-        return SMALL_BATCH
-    return GPU_TRAINING
+    return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"))
 
 
 def bands() -> dict[str, tuple[float, int] | None]:
