@@ -9,21 +9,30 @@ from __future__ import annotations
 GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE = (
     "GPU to GPU in training", "inference", "LLM training", "small batches", "a CPU source")
 GROUPS = (GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE)
-# Below this batch per device a step is launch- and host-bound on a GPU (a few microseconds of
-# kernels, tens of microseconds of Python and dispatch per op): the model has no term for it, and
-# the published pairs ran at batches of 64 and more (lambdal's ResNet-50, MLPerf's BERT).
+# A small step is one the host can bind: its launch floor (the ops it runs x the host's time per op,
+# bench_core/predict/model.py) is at least this share of its ideal time on the measured GPU (the roofline
+# for its FLOPs and bytes). There the GPU's peaks say little of the step's time, in training and inference
+# alike, so such steps are a group of their own whatever the mode. Where the ops were not counted (older
+# rows), a batch below SMALL_BATCH_BELOW stands for it.
+SMALL_STEP_FLOOR_SHARE = 0.25
 SMALL_BATCH_BELOW = 32
 LLM_TASKS = ("causal-lm",)
 
 
-def group_of(device_type: str | None, mode: str | None, task: str | None, batch_size) -> str:
-    """Which group's measured pairs (if any) stand behind a prediction from a row of this kind."""
+def group_of(device_type: str | None, mode: str | None, task: str | None, batch_size,
+             floor_share: float | None = None) -> str:
+    """Which group's measured pairs (if any) stand behind a prediction from a row of this kind.
+    floor_share: the step's launch floor over its ideal time on the measured GPU (None: not counted)."""
     if device_type != "cuda":
         return CPU_SOURCE
+    if mode == "train" and task in LLM_TASKS:
+        return LLM_TRAINING
+    if floor_share is not None:
+        small = floor_share >= SMALL_STEP_FLOOR_SHARE
+    else:
+        small = isinstance(batch_size, (int, float)) and batch_size < SMALL_BATCH_BELOW
+    if small:
+        return SMALL_BATCH
     if mode != "train":
         return INFERENCE
-    if task in LLM_TASKS:
-        return LLM_TRAINING
-    if isinstance(batch_size, int) and batch_size < SMALL_BATCH_BELOW:
-        return SMALL_BATCH
     return GPU_TRAINING

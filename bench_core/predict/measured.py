@@ -2,13 +2,13 @@
 samples/s over its ok repeats) carried to a GPU that was not measured, with an error band only
 where pairs of its group were measured.
 
-Each prediction belongs to one group, by what it is predicted from (GROUPS): GPU to GPU in
-training at a batch the published pairs cover is the one group with measured pairs today (its band
-is their median error); inference, LLM training and small batches have none, so their predictions
-say "unvalidated" and carry no band; a CPU source is no prediction at all but the GPU's roofline
-bound for the counted work (a CPU's efficiency against its own peak says nothing of a GPU's), with
-no band. A row in a precision its device only emulates is not predicted from (its efficiency
-describes the emulation), and a disturbed row says so.
+Each prediction belongs to one group, by what it is predicted from (bench_core/predict/groups.py):
+GPU to GPU in training, inference, LLM training and small steps (where the launch floor is a quarter
+or more of the step's ideal time). Each carries the median error of the published pairs of its group
+as its band, or says "unvalidated" with no band where the group has none. A CPU source is no
+prediction at all but the GPU's roofline bound for the counted work (a CPU's efficiency against its
+own peak says nothing of a GPU's), with no band. A row in a precision its device only emulates is not
+predicted from (its efficiency describes the emulation), and a disturbed row says so.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from bench_core.errors import ConfigError
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
-from bench_core.predict.model import TERMS, Profile, Setup, Times, predict, times
+from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.disturbed import RE_MEASURE, disturbances
@@ -28,16 +28,6 @@ from bench_core.results.store import iter_rows
 
 # What a row must carry to be predicted from.
 NEEDED = ("samples_per_s", "flops_per_sample", "bytes_per_sample_flop_ops", "bytes_per_sample_other_ops")
-# The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
-# (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
-# less than ops_per_step x this. 5 us is the low end of the 5-25 us of CPU-side dispatch one op costs in
-# eager PyTorch on a current GPU server (jiahuanglin.xyz, "From PyTorch op to kernel launch", GPU kernel
-# serving lesson 18: cudaLaunchKernel alone 1-3 us): the floor is a lower bound of the step, so a
-# prediction capped by it stays an upper bound. Not yet taken from a GPU run of ours (a batch ladder of one
-# small model on the lent GPU would give it: issue 53).
-HOST_S_PER_OP = 5e-6
-FLOOR_SOURCE = ("5 us a kernel: the low end of eager PyTorch's 5-25 us of host time per op (jiahuanglin.xyz, "
-                "'From PyTorch op to kernel launch'), not yet measured on a GPU here")
 
 
 def ok_rows(result_dir: str | Path) -> list[dict]:
@@ -73,7 +63,8 @@ def profile_of(conf: dict) -> Profile:
     """The row's own counts, at its batch (the per-step bytes already spread over it)."""
     params = conf.get("params_count") or 0
     return Profile(conf["flops_per_sample"], conf["bytes_per_sample_flop_ops"], conf["bytes_per_sample_other_ops"],
-                   grad_bytes=4.0 * params, source="counted on the measured run (bench_core/measure/flops.py)")
+                   grad_bytes=4.0 * params, source="counted on the measured run (bench_core/measure/flops.py)",
+                   ops_per_step=float(conf.get("ops_per_step") or 0.0))
 
 
 def source_setup(conf: dict) -> Setup:
@@ -95,31 +86,28 @@ def source_setup(conf: dict) -> Setup:
     return Setup(device, cls, gpus, 1, conf["batch_size"])
 
 
-def group_of(conf: dict) -> str:
-    """Which group's measured pairs (if any) stand behind a prediction from `conf`."""
-    return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"))
+def group_of(conf: dict, src: Setup | None = None) -> str:
+    """Which group's measured pairs (if any) stand behind a prediction from `conf` (measured on `src`)."""
+    share = floor_share(profile_of(conf), times(profile_of(conf), src), conf["batch_size"]) if src else None
+    return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
 
 
-def bands() -> dict[str, tuple[float, int] | None]:
-    """Each group's band and the pairs behind it: the median |error| of the published pairs of that
-    group, or None where no pair was measured (the band would be a guess)."""
-    gpu = next(r for r in error_table() if r["group"] == "GPU to GPU")
-    return {GPU_TRAINING: (gpu["median_abs_error"], gpu["pairs"]), INFERENCE: None, LLM_TRAINING: None,
-            SMALL_BATCH: None, CPU_SOURCE: None}
+def bands() -> dict[str, tuple[float, int, float] | None]:
+    """Each group's band, the pairs behind it and the worst factor among them: the median |error| of the
+    published pairs of that group, or None where no pair was measured (the band would be a guess). A CPU
+    source has none: it gives a bound, not a prediction."""
+    table = {r["group"]: r for r in error_table()}
+    return {g: (table[g]["median_abs_error"], table[g]["pairs"], table[g]["worst_factor"])
+            if g in table and g != CPU_SOURCE else None for g in GROUPS}
 
 
-def band() -> float:
-    """The band of the one group with measured pairs (GPU to GPU in training)."""
-    return bands()[GPU_TRAINING][0]
-
-
-def band_text(group: str, measured: tuple[float, int] | None) -> str:
+def band_text(group: str, measured: tuple[float, int, float] | None) -> str:
     if group == CPU_SOURCE:
         return "none: a roofline bound (a CPU run's efficiency says nothing of a GPU's)"
     if measured is None:
         return f"none: unvalidated ({group}: no measured pair)"
-    error, pairs = measured
-    return f"±{error:.0%} ({group}: median error of {pairs} published pairs)"
+    error, pairs, worst = measured
+    return f"±{error:.0%} ({group}: median error of {pairs} published pairs, the worst off by {worst:.1f}x)"
 
 
 def refusal(conf: dict) -> str | None:
@@ -147,13 +135,13 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
         if why or missing:
             notes.append(f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted")
             continue
-        group = group_of(conf)
-        bound = group == CPU_SOURCE
+        bound = group_of(conf) == CPU_SOURCE
         try:  # a bound needs no source device: only the counts and the target's ceilings
             src = None if bound else source_setup(conf)
         except ConfigError as exc:
             notes.append(f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted")
             continue
+        group = group_of(conf, src)
         measured = measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
@@ -163,10 +151,9 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
             else:
                 p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
                 value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-            ops = conf.get("ops_per_step")
-            floor = devices * conf["batch_size"] / (float(ops) * HOST_S_PER_OP) if ops else None
-            if floor is not None and floor < value:  # the host cannot launch the step's kernels any faster
-                value, binds = floor, f"launch floor ({int(ops):,} kernels a step x {HOST_S_PER_OP * 1e6:g} us)"
+            floor = launch_floor(devices, conf["batch_size"], conf.get("ops_per_step"))
+            if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
+                value, binds = floor
             error = measured[0] if measured else None
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                          "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],

@@ -30,6 +30,17 @@ from bench_core.predict.specs import Spec
 # The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
 TERMS = ("software-default", "split", "batch", "interconnect")
 
+# The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
+# (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
+# less than ops_per_step x this. 5 us is the low end of the 5-25 us of CPU-side dispatch one op costs in
+# eager PyTorch on a current GPU server (jiahuanglin.xyz, "From PyTorch op to kernel launch", GPU kernel
+# serving lesson 18: cudaLaunchKernel alone 1-3 us): the floor is a lower bound of the step, so a
+# prediction capped by it stays an upper bound. Not yet taken from a GPU run of ours (a batch ladder of one
+# small model on a GPU would give it).
+HOST_S_PER_OP = 5e-6
+FLOOR_SOURCE = ("5 us a kernel: the low end of eager PyTorch's 5-25 us of host time per op (jiahuanglin.xyz, "
+                "'From PyTorch op to kernel launch'), not yet measured on a GPU here")
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -41,6 +52,7 @@ class Profile:
     other_step_bytes: float = 0.0     # bytes per step of the other ops (optimizer, casts of weights)
     grad_bytes: float = 0.0      # bytes all-reduced per step under data parallelism (4 x parameters)
     source: str = ""
+    ops_per_step: float = 0.0    # ops one eager step runs, a kernel each on a GPU (0: not counted, no floor)
 
 
 @dataclass(frozen=True)
@@ -130,7 +142,27 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     value = target.gpus * b_dst / _step_s(dst, b_dst, efficiency)
     note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
             f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
+    floor = launch_floor(target.gpus, b_dst, profile.ops_per_step)
+    if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
+        dst = Times(dst.compute_s, dst.flop_op_memory_s, dst.other_memory_s, dst.sample_s, dst.comm_s, floor[1])
+        value = floor[0]
     return Prediction(value, efficiency, src, dst, note)
+
+
+def floor_share(profile: Profile, t: Times, batch: float | None) -> float | None:
+    """The step's launch floor over its ideal time on the device of `t` (None: the ops were not counted)."""
+    if not profile.ops_per_step:
+        return None
+    return profile.ops_per_step * HOST_S_PER_OP / ((batch or 1.0) * t.sample_s + t.comm_s)
+
+
+def launch_floor(gpus: int, batch: float, ops: float | None) -> tuple[float, str] | None:
+    """The most samples/s the host can launch a step's kernels for (gpus x batch / (ops x HOST_S_PER_OP)),
+    and the words for it, or None where the ops were not counted."""
+    if not ops:
+        return None
+    return (gpus * batch / (float(ops) * HOST_S_PER_OP),
+            f"launch floor ({int(ops):,} kernels a step x {HOST_S_PER_OP * 1e6:g} us)")
 
 
 def without(term: str, terms: tuple[str, ...] = TERMS) -> tuple[str, ...]:

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from bench_core.files import atomic_write_text
-from bench_core.predict.model import TERMS, Profile, Setup, predict, relative_error, without
+from bench_core.predict.groups import GROUPS, group_of
+from bench_core.predict.model import TERMS, Profile, Setup, floor_share, predict, relative_error, without
 from bench_core.predict.specs import Spec, math_class, specs
 
 # Which profile a precision's bytes come from: fp32 and TF32 move 4-byte activations, the rest 2.
@@ -32,6 +33,12 @@ def _data_rows(name: str) -> list[dict]:
 
 
 @functools.cache
+def tasks() -> dict[str, str]:
+    """model -> task (classification, masked-lm, causal-lm), from workload_profiles.csv."""
+    return {r["model"]: r["task"] for r in _data_rows("workload_profiles.csv")}
+
+
+@functools.cache
 def profiles() -> dict[tuple, Profile]:
     """(model, mode, input_shape, fp32 | amp) -> Profile, from workload_profiles.csv."""
     out = {}
@@ -39,7 +46,7 @@ def profiles() -> dict[tuple, Profile]:
         out[(r["model"], r["mode"], r["input_shape"], r["precision"])] = Profile(
             float(r["flops_per_sample"]), float(r["flop_op_bytes_per_sample"]), float(r["other_bytes_per_sample"]),
             float(r["flop_op_bytes_per_step"]), float(r["other_bytes_per_step"]), float(r["grad_bytes_per_step"]),
-            r["source"])
+            r["source"], float(r["ops_per_step"] or 0.0))
     return out
 
 
@@ -101,8 +108,11 @@ def pairs() -> list[tuple[dict, dict]]:
     return out
 
 
+SCALING, GPU_TO_GPU = "scaling (N GPUs)", "GPU to GPU"
+
+
 def pair_kind(a: dict, b: dict) -> str:
-    return "scaling (N GPUs)" if a["spec"].gpu == b["spec"].gpu else "GPU to GPU"
+    return SCALING if a["spec"].gpu == b["spec"].gpu else GPU_TO_GPU
 
 
 def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
@@ -117,8 +127,12 @@ def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
         src = setup_of(a, terms, batch_of(a, b, rows))
         dst = setup_of(b, terms, batch_of(b, a, rows))
         p = predict(a["value"], src, dst, profile, terms)
+        kind = pair_kind(a, b)
+        group = kind if kind != GPU_TO_GPU else group_of("cuda", a["mode"], tasks().get(a["model"]), src.batch,
+                                                         floor_share(profile, p.source, src.batch))
         out.append({"workload": f"{a['model']} {a['mode']} {a['input_shape']}", "model": a["model"],
-                    "precision": a["precision"], "run_group": a["run_group"], "kind": pair_kind(a, b),
+                    "precision": a["precision"], "run_group": a["run_group"], "kind": kind, "group": group,
+                    "batch": src.batch,
                     "from": f"{a['gpus']}x {a['spec'].gpu} ({src.math})", "to": f"{b['gpus']}x {b['spec'].gpu} ({dst.math})",
                     "measured_from": a["value"], "actual": b["value"], "predicted": p.value,
                     "error": relative_error(p.value, b["value"]), "binds": p.target.binds, "source": a["source"]})
@@ -145,11 +159,15 @@ def summarize(rows: list[dict], by: str | None) -> list[dict]:
 
 
 def error_table(terms: tuple[str, ...] = TERMS) -> list[dict]:
-    """The held-out error per workload and pair kind and over all. Nothing in the model is fitted
-    (every number is a datasheet figure, a count, or the other member of the pair), so each pair is
-    predicted without its own source's figures beyond the measured member: the error is held out."""
+    """The held-out error per workload, per group of predictions (GPU-to-GPU pairs: the band each group
+    carries), for the scaling pairs and over all. Nothing in the model is fitted (every number is a
+    datasheet figure, a count, or the other member of the pair), so each pair is predicted without its
+    own source's figures beyond the measured member: the error is held out."""
     rows = predictions(terms)
-    return summarize(rows, "model") + [r for r in summarize(rows, "kind") if r["group"] != "all pairs"]
+    by_group = summarize(rows, "group")
+    order = {g: i for i, g in enumerate((*GROUPS, SCALING, "all pairs"))}
+    return ([r for r in summarize(rows, "model") if r["group"] != "all pairs"]
+            + sorted(by_group, key=lambda r: order.get(r["group"], len(order))))
 
 
 def ablations() -> list[dict]:
@@ -173,7 +191,7 @@ DOC_START, DOC_END = "<!-- error-table:start (generated) -->", "<!-- error-table
 
 def markdown() -> str:
     """The error table and the term ablation as markdown, as docs/prediction.md states them."""
-    lines = ["| group | pairs | median abs. error | worst abs. error | worst factor | within 15 % | worst pair |",
+    lines = ["| workload or group | pairs | median abs. error | worst abs. error | worst factor | within 15 % | worst pair |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in error_table():
         lines.append(f"| {r['group']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_core.errors import ConfigError
+from bench_core.predict.groups import GROUPS
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import spec
@@ -82,14 +83,16 @@ def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
         return
     groups = table.drop_duplicates("group")
     said = "; ".join(f"{g}: {t}" for g, t in zip(groups["group"], groups["band_text"]))
-    worst = next(r for r in error_table() if r["group"] == "GPU to GPU")["worst_factor"]
+    measured = {r["group"]: r for r in error_table()}
+    worst = "; ".join(f"{g}: {measured[g]['pairs']} pairs, median {measured[g]['median_abs_error']:.0%}, the worst off "
+                      f"by {measured[g]['worst_factor']:.1f}x" for g in GROUPS if g in measured)
     paragraph(f"Predicted, not measured: each configuration carried to GPUs that were not measured "
               f"(`bench predict`; docs/prediction.md). The model puts the FLOPs and bytes counted in the run "
               f"against each GPU's datasheet peak and memory bandwidth and carries the measured efficiency "
-              f"over; 'binds' says which ceiling dominates. A band is drawn only where pairs of the prediction's "
-              f"group were measured (GPU to GPU in training: the published pairs' median error, some off by up "
-              f"to {worst:.1f}x); from a CPU run the figure is the GPU's roofline bound, 'at most', with no band "
-              f"and no efficiency carried over. Here: {said}.")
+              f"over, capped by the launch floor (the step's kernels x the host's time per kernel); 'binds' says "
+              f"which ceiling dominates. A band is drawn only where published pairs of the prediction's group "
+              f"were measured ({worst}); from a CPU run the figure is the GPU's roofline bound, 'at most', with "
+              f"no band and no efficiency carried over. Here: {said}.")
     _chart(table)
     shown = table.assign(
         predicted_band=[f"{lo:.4g} – {hi:.4g}" if pd.notna(lo) else text for lo, hi, text in
