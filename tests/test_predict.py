@@ -241,13 +241,19 @@ def test_the_report_section_keeps_predictions_apart_with_their_band(cpu_run):
 
 
 def test_rows_measured_on_a_listed_gpu_use_its_spec_sheet_and_predict_themselves(cpu_run, tmp_path):
-    """The same rows as an A100 would record them: predicted on an A100 they come back unchanged."""
-    rows = [{**r, "device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "peak_tflops": 19.5}
-            for r in iter_rows(cpu_run)]
-    write_run(tmp_path, "a100", rows)
-    (same,), _ = predict_dir(tmp_path, [spec("A100-SXM4-80GB")])
+    """The same rows as an A100 would record them: predicted on an A100 they come back unchanged. At
+    batch 64 the GPU binds and an H100 is faster; at batch 2 (32 px) the step is the host's, and an H100
+    runs it no faster than the A100 did."""
+    write_run(tmp_path / "big", "a100", [{**r, "device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB",
+                                          "peak_tflops": 19.5, "batch_size": 64} for r in iter_rows(cpu_run)])
+    (same,), _ = predict_dir(tmp_path / "big", [spec("A100-SXM4-80GB")])
     assert same["measured_on"] == "1x A100-SXM4-80GB"
     assert same["predicted"] == pytest.approx(same["measured"])
-    (h100,), _ = predict_dir(tmp_path, [spec("H100-SXM5-80GB")])
+    (h100,), _ = predict_dir(tmp_path / "big", [spec("H100-SXM5-80GB")])
     assert h100["predicted"] > same["measured"]  # more bandwidth and peak, the same efficiency
+    write_run(tmp_path / "small", "a100", [{**r, "device_type": "cuda", "device_name": "NVIDIA A100-SXM4-80GB",
+                                            "peak_tflops": 19.5} for r in iter_rows(cpu_run)])
+    (small,), _ = predict_dir(tmp_path / "small", [spec("H100-SXM5-80GB")])
+    assert small["group"] == measured.SMALL_BATCH and small["predicted"] == pytest.approx(small["measured"])
+    assert small["binds"].startswith("host (a small step: its launch floor is")
 

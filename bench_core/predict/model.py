@@ -18,17 +18,23 @@ N GPUs of data parallelism add a ring all-reduce of the gradients per step, not 
 
 and a step of batch b per GPU takes b t / e + c, where e is the efficiency: the measured
 throughput over the ideal one on the measured device. The prediction is N b / (b t' / e + c').
-Nothing is fitted: every number is a datasheet figure, a count, or the measured row.
+
+A small step (host-bound: its launch floor is a quarter or more of its ideal time on the measured
+device, bench_core/predict/groups.py) is the host's time, not the GPU's: it carries over unchanged
+(per sample, at the target's batch), unless the target's roofline alone is slower:
+N b / max(measured step, b t' + c'). Nothing is fitted: every number is a datasheet figure, a count,
+or the measured row.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from bench_core.predict.groups import SMALL_STEP_FLOOR_SHARE
 from bench_core.predict.specs import Spec
 
 # The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
-TERMS = ("software-default", "split", "batch", "interconnect")
+TERMS = ("software-default", "split", "batch", "interconnect", "host-bound")
 
 # The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
 # (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
@@ -142,6 +148,17 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     value = target.gpus * b_dst / _step_s(dst, b_dst, efficiency)
     note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
             f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
+    share = floor_share(profile, src, b_src)
+    if "host-bound" in terms and share is not None and share >= SMALL_STEP_FLOOR_SHARE:
+        # a small step: the measured time is the host's, the same on the target unless its roofline is slower
+        host_step = source.gpus * b_src / measured * b_dst / b_src
+        ideal_step = b_dst * dst.sample_s + dst.comm_s
+        value = target.gpus * b_dst / max(host_step, ideal_step)
+        binds = (f"host (a small step: its launch floor is {share:.0%} of its ideal time on {source.gpu.gpu}; "
+                 "the measured step carried over)" if host_step >= ideal_step else dst.binds)
+        dst = Times(dst.compute_s, dst.flop_op_memory_s, dst.other_memory_s, dst.sample_s, dst.comm_s, binds)
+        note = (f"a host-bound step measured on {source.gpu.gpu} carried to {target.gpu.gpu} unchanged unless its "
+                f"roofline is slower; terms: {', '.join(terms)}")
     floor = launch_floor(target.gpus, b_dst, profile.ops_per_step)
     if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
         dst = Times(dst.compute_s, dst.flop_op_memory_s, dst.other_memory_s, dst.sample_s, dst.comm_s, floor[1])
