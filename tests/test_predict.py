@@ -172,7 +172,6 @@ def as_gpu_rows(cpu_run, tmp_path, name="a100", **changes) -> Path:
 
 @pytest.mark.parametrize("changes, group", [
     ({"batch_size": 64, "ops_per_step": None}, measured.GPU_TRAINING),
-    ({"batch_size": 4, "ops_per_step": None}, measured.SMALL_BATCH),
     ({"batch_size": 16}, measured.SMALL_BATCH),  # 32 px: its launch floor is most of its ideal step on a GPU
     ({"batch_size": 64}, measured.GPU_TRAINING),  # the same at 64: a fifth of it
     ({"batch_size": 64, "mode": "infer", "ops_per_step": None}, measured.INFERENCE),
@@ -194,6 +193,14 @@ def test_a_group_with_no_measured_pair_is_unvalidated(monkeypatch, cpu_run, tmp_
                             [spec("H100-SXM5-80GB")])
     assert row["band"] is None and row["low"] is None and row["high"] is None
     assert row["band_text"] == "none: unvalidated (inference: no measured pair)"
+
+
+def test_a_small_batch_whose_ops_were_not_counted_has_no_band(cpu_run, tmp_path):
+    """Its group's band measures the host-bound term, which needs the ops a step runs; rows older than that
+    count are predicted without it, so the band would not be theirs."""
+    (row,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, batch_size=4, ops_per_step=None), [spec("H100-SXM5-80GB")])
+    assert row["group"] == measured.SMALL_BATCH and row["band"] is None and row["low"] is None
+    assert row["band_text"].startswith("none: unvalidated (small batches: the run did not count its ops")
 
 
 def test_an_emulated_precision_or_a_serving_point_is_refused_and_says_why(cpu_run, tmp_path):

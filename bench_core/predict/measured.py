@@ -142,7 +142,10 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
             notes.append(f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted")
             continue
         group = group_of(conf, src)
-        measured = measured_bands[group]
+        # A small batch whose ops were not counted (rows older than ops_per_step) is predicted without the
+        # host-bound term, and the group's band measures the model with it: no band fits.
+        uncounted = group == SMALL_BATCH and not conf.get("ops_per_step")
+        measured = None if uncounted else measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
             if bound:
@@ -160,7 +163,8 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
                          "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
                          else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
                          "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
-                         "group": group, "band": error, "band_text": band_text(group, measured),
+                         "group": group, "band": error,
+                         "band_text": UNCOUNTED if uncounted else band_text(group, measured),
                          "low": value * (1 - error) if error else None, "high": value * (1 + error) if error else None,
                          "binds": binds, "efficiency": efficiency, "math": dst.math,
                          "sample_unit": conf.get("sample_unit") or "samples/s",
@@ -170,6 +174,8 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
     return rows, notes
 
 
+UNCOUNTED = ("none: unvalidated (small batches: the run did not count its ops, so the host-bound term its group's "
+             "pairs were measured with cannot apply; measure again with this version)")
 BOUND_NOTE = ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no efficiency carried over "
               "from the CPU)")
 
