@@ -283,3 +283,20 @@ def test_the_terminal_table_of_an_emulated_precision_says_so_in_its_title():
     assert title == ("resnet18 train amp-bf16 (EMULATED: amp-bf16 runs in software on this cpu: not what a GPU would "
                      "show) batch 2 x1 on AMD EPYC (Zen 4)")
     assert "EMULATED" not in format_rows([{**row, "precision_support": "native"}]).splitlines()[0]
+
+
+def test_a_result_directory_without_rows_is_one_line_exit_2_for_report_and_diff(tmp_path):
+    """A results.csv with a header and no rows: no empty report "written", no pandas warning on the way."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "results.csv").write_text("model,precision,status\n")
+    report = bench("report", str(empty))
+    assert (report.returncode, report.stdout) == (2, ""), report.stderr
+    assert report.stderr.strip().splitlines() == [
+        "bench report: error: result_dirs: no result rows to report (empty: results.csv has no rows yet.); allowed: "
+        "directories where bench sweep / bench run --out has finished at least one run"]
+    assert sorted(p.name for p in empty.iterdir()) == ["results.csv"]
+    diff = bench("diff", str(empty), str(empty))
+    assert diff.returncode == 2 and len(diff.stderr.strip().splitlines()) == 1, diff.stderr
+    assert "has no result rows" in diff.stderr and "Warning" not in diff.stderr
+
