@@ -300,3 +300,11 @@ def test_a_result_directory_without_rows_is_one_line_exit_2_for_report_and_diff(
     assert diff.returncode == 2 and len(diff.stderr.strip().splitlines()) == 1, diff.stderr
     assert "has no result rows" in diff.stderr and "Warning" not in diff.stderr
 
+
+def test_bench_memory_checks_a_device_of_any_positive_size_and_names_the_size_it_refuses(capsys):
+    tiny = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", "0.001")
+    assert tiny.returncode == 1 and "does not fit" in tiny.stdout and "(a 0.001 GiB device)" in tiny.stdout
+    for given in ("0", "-2"):
+        refused = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", given)
+        assert refused.returncode == 2 and refused.stderr.strip() == (
+            f"bench memory: error: device_memory_gib: must be a positive number of GiB, got {given}")
