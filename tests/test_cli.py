@@ -308,3 +308,16 @@ def test_bench_memory_checks_a_device_of_any_positive_size_and_names_the_size_it
         refused = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", given)
         assert refused.returncode == 2 and refused.stderr.strip() == (
             f"bench memory: error: device_memory_gib: must be a positive number of GiB, got {given}")
+
+
+def test_find_batch_of_an_emulated_precision_says_so_in_its_table_as_its_warning_promises():
+    """The warning says the results are marked emulated: the search's table must say it too."""
+    proc = subprocess.run([sys.executable, "-m", "bench_core", "find-batch", "--model", "resnet18", "--width", "32",
+                           "--height", "32", "--precision", "amp-bf16", "--device", "cpu", "--max-batch-size", "4",
+                           "--batch-size", "2", "-q"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert proc.returncode == 0, proc.stderr
+    assert "amp-bf16 is emulated on this device" in proc.stderr and "are marked emulated" in proc.stderr
+    title = proc.stdout.splitlines()[0]
+    assert title.startswith("find-batch resnet18 train amp-bf16 (EMULATED: amp-bf16 runs in software here: "
+                            "not what a GPU would show) 32x32 on cpu"), proc.stdout
