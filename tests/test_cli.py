@@ -283,3 +283,41 @@ def test_the_terminal_table_of_an_emulated_precision_says_so_in_its_title():
     assert title == ("resnet18 train amp-bf16 (EMULATED: amp-bf16 runs in software on this cpu: not what a GPU would "
                      "show) batch 2 x1 on AMD EPYC (Zen 4)")
     assert "EMULATED" not in format_rows([{**row, "precision_support": "native"}]).splitlines()[0]
+
+
+def test_a_result_directory_without_rows_is_one_line_exit_2_for_report_and_diff(tmp_path):
+    """A results.csv with a header and no rows: no empty report "written", no pandas warning on the way."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "results.csv").write_text("model,precision,status\n")
+    report = bench("report", str(empty))
+    assert (report.returncode, report.stdout) == (2, ""), report.stderr
+    assert report.stderr.strip().splitlines() == [
+        "bench report: error: result_dirs: no result rows to report (empty: results.csv has no rows yet.); allowed: "
+        "directories where bench sweep / bench run --out has finished at least one run"]
+    assert sorted(p.name for p in empty.iterdir()) == ["results.csv"]
+    diff = bench("diff", str(empty), str(empty))
+    assert diff.returncode == 2 and len(diff.stderr.strip().splitlines()) == 1, diff.stderr
+    assert "has no result rows" in diff.stderr and "Warning" not in diff.stderr
+
+
+def test_bench_memory_checks_a_device_of_any_positive_size_and_names_the_size_it_refuses(capsys):
+    tiny = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", "0.001")
+    assert tiny.returncode == 1 and "does not fit" in tiny.stdout and "(a 0.001 GiB device)" in tiny.stdout
+    for given in ("0", "-2"):
+        refused = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", given)
+        assert refused.returncode == 2 and refused.stderr.strip() == (
+            f"bench memory: error: device_memory_gib: must be a positive number of GiB, got {given}")
+
+
+def test_find_batch_of_an_emulated_precision_says_so_in_its_table_as_its_warning_promises():
+    """The warning says the results are marked emulated: the search's table must say it too."""
+    proc = subprocess.run([sys.executable, "-m", "bench_core", "find-batch", "--model", "resnet18", "--width", "32",
+                           "--height", "32", "--precision", "amp-bf16", "--device", "cpu", "--max-batch-size", "4",
+                           "--batch-size", "2", "-q"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert proc.returncode == 0, proc.stderr
+    assert "amp-bf16 is emulated on this device" in proc.stderr and "are marked emulated" in proc.stderr
+    title = proc.stdout.splitlines()[0]
+    assert title.startswith("find-batch resnet18 train amp-bf16 (EMULATED: amp-bf16 runs in software here: "
+                            "not what a GPU would show) 32x32 on cpu"), proc.stdout

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from bench_core.cli.common import add_config_arguments, config_from_args, refuse_flags
-from bench_core.config.schema import check_int
+from bench_core.config.values import as_float
 from bench_core.devices import Backend, resolve_device
-from bench_core.errors import EXIT_FAILED, EXIT_OK
+from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.run.memory_estimate import GIB, estimate
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
@@ -39,8 +40,10 @@ def main(args: argparse.Namespace) -> int:
     spec = resolve_model(cfg.model)
     found = estimate(spec.task, spec, cfg, resolve_precision(cfg.precision))
     if args.device_memory_gib is not None:
-        check_int("device_memory_gib", round(args.device_memory_gib), 1)
-        limit, where = args.device_memory_gib * GIB, f"a {args.device_memory_gib:g} GiB device"
+        gib = as_float("device_memory_gib", args.device_memory_gib, minimum=-math.inf)  # 0.5 GiB is a size too
+        if gib <= 0:
+            raise ConfigError("device_memory_gib", f"must be a positive number of GiB, got {gib:g}")
+        limit, where = gib * GIB, f"a {gib:g} GiB device"
     else:
         backend = Backend.for_device(resolve_device(cfg.device))
         limit, where = backend.free_memory_bytes(cfg.nproc_per_node), f"{backend.device}'s free memory"

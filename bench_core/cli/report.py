@@ -37,14 +37,18 @@ def main(args: argparse.Namespace) -> int:
     check_writable(out.parent)
     for d in dirs:
         refresh_from_runs(d)
+    loaded = load_results(dirs)
+    if loaded.rows.empty:  # a report of nothing would say "report written" of an empty page
+        raise ConfigError("result_dirs", f"no result rows to report ({' '.join(loaded.notes)}); allowed: "
+                          "directories where bench sweep / bench run --out has finished at least one run")
     if args.baseline:
-        check_baseline(args.baseline, load_results(dirs).machines)
+        check_baseline(args.baseline, loaded.machines)
     try:
         path = build_report(dirs, out, title=args.title, baseline=args.baseline)
     except ReportError as exc:
         print(f"bench report: error: {exc}", file=sys.stderr)
         return 1
-    for line in load_results(dirs).notes:
+    for line in loaded.notes:
         if "impossible numbers" in line:
             print(f"bench report: warning: {line}", file=sys.stderr)
     print(path)

@@ -60,6 +60,7 @@ class BatchProbe:
     purpose: str = "search"        # search | health check (a size that ran before, re-run)
     dirty: bool = False            # an out-of-memory that did not come from torch's allocator
     params_count: int | None = None  # the model's parameters, when the probe built it
+    precision_support: str | None = None  # native | emulated | unsupported, as the probe's row says
 
 
 @dataclass
@@ -113,7 +114,10 @@ class BatchSearch:
         c = self.config
         shape = f"{c['width']}x{c['height']}" + (f"x{c['depth']}" if c.get("depth") else "")
         where = "each probe in a fresh process" if self.isolated else "probes in this process"
-        lines = [f"find-batch {c['model']} {c['mode']} {c['precision']} {shape} on {c['device']} ({where})"]
+        # As bench run's table: an emulated precision's step times are software, said in the title.
+        emulated = (f" (EMULATED: {c['precision']} runs in software here: not what a GPU would show)"
+                    if any(p.precision_support == "emulated" for p in self.probes) else "")
+        lines = [f"find-batch {c['model']} {c['mode']} {c['precision']}{emulated} {shape} on {c['device']} ({where})"]
         for p in self.probes:
             timing = f"{p.step_time_ms:9.1f} ms/step" if p.step_time_ms else " " * 17
             note = f"  {p.message}" if p.message else ""
@@ -266,7 +270,8 @@ def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: 
     dirty = row["status"] == "oom" and row["device_type"] == "cpu" and is_foreign_cpu_oom(row["message"])
     return BatchProbe(batch_size=batch_size, status="oom" if dirty else row["status"], message=row["message"],
                       step_time_ms=row.get("step_time_ms_median"), probe_s=time.perf_counter() - start,
-                      purpose=purpose, dirty=dirty, params_count=row.get("params_count"))
+                      purpose=purpose, dirty=dirty, params_count=row.get("params_count"),
+                      precision_support=row.get("precision_support"))
 
 
 def probe_row(cfg: BenchConfig) -> dict:
@@ -277,7 +282,8 @@ def probe_row(cfg: BenchConfig) -> dict:
         import torch._dynamo
         torch._dynamo.reset()
     row = run_placed(cfg)[0]
-    return {k: row.get(k) for k in ("status", "message", "device_type", "step_time_ms_median", "params_count")}
+    return {k: row.get(k) for k in ("status", "message", "device_type", "step_time_ms_median", "params_count",
+                                    "precision_support")}
 
 
 def _probe_in_child(cfg: BenchConfig) -> dict:

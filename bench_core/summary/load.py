@@ -184,7 +184,7 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     # warns (PerformanceWarning, "highly fragmented") at the next new column.
     numbers = pd.DataFrame({name: pd.to_numeric(rows[name], errors="coerce").astype(float) for name in NUMERIC},
                            index=rows.index)
-    rows = pd.concat([rows.drop(columns=NUMERIC), numbers], axis=1)
+    rows = pd.concat([rows.drop(columns=NUMERIC), numbers], axis=1).copy()  # copy: one block per dtype
     rows["status"] = rows["status"].fillna("unknown").astype(str).str.strip().str.lower().replace("", "unknown")
     rows["world_size"] = rows["world_size"].fillna(1)
     rows["compile"] = rows["compile"].fillna("off")
