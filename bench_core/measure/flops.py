@@ -42,14 +42,15 @@ ATTENTION_KERNELS = {"_scaled_dot_product_flash_attention": "flash",
                      "_scaled_dot_product_fused_attention_overrideable": "fused (backend)"}
 
 
+EMBEDDING_LOOKUPS = {"embedding", "_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"}  # move rows
+
+
 @dataclass(frozen=True)
 class Counted:
     flops: int | None                     # FLOPs of one step (train: forward + backward)
     attention_kernels: tuple[str, ...]    # the fused attention kernels the step dispatched, by name
-    # Bytes the step's ops read and write if nothing is fused or cached (each op's tensor inputs and
-    # outputs; views move none): of the ops that count FLOPs (matmuls, convs, attention) and of
-    # all others (elementwise, norms, reductions, the optimizer). What `bench predict` puts against
-    # the memory bandwidth: an upper bound of DRAM traffic (fusion and caches lower it).
+    # Bytes the step's ops read and write if nothing is fused or cached (views move none), of the FLOP ops
+    # (matmuls, convs, attention) and of all others: what `bench predict` puts against the bandwidth.
     flop_op_bytes: int = 0
     other_bytes: int = 0
     ops: int = 0                          # the step's ops that run a kernel (views and size queries left out)
@@ -81,11 +82,9 @@ def formula_fixes() -> dict:
              # torch (2.14) has no formula for the CPU flash kernel: attention would count as 0 there
              aten._scaled_dot_product_flash_attention_for_cpu: _attention_flop,
              aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flop}
-    # The CUDA kernels, for grouped-query attention: transformers passes SDPA keys and values with
-    # fewer heads than the query (enable_gqa) on CUDA, and torch before 2.13 asserted equal heads in
-    # its formula (first light on an H200, torch 2.11: every Llama row failed "sdpa_flop_count:
-    # query/key/value shapes are incompatible"). Query, key and value (forward) or the output's
-    # gradient and them (backward) come first in each of these ops.
+    # The CUDA kernels, for grouped-query attention (transformers passes fewer key/value heads than query
+    # heads; torch before 2.13 asserted equal heads: every Llama row failed on an H200 with torch 2.11).
+    # Query, key and value (forward) or the output's gradient and them (backward) come first in each op.
     for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
                  "_scaled_dot_product_cudnn_attention"):
         for op, formula in ((getattr(aten, name, None), _attention_flop),
@@ -110,17 +109,28 @@ def _counting_mode(counter):
                  aten.sym_storage_offset.default, aten.numel.default, aten.sym_numel.default, aten.dim.default,
                  torch.ops.prim.layout.default}
 
-    def tensor_bytes(values) -> int:
-        """Bytes of the tensors in an op's arguments or outputs (tensors, lists and tuples of them)."""
+    def tensor_bytes(values, sparse=()) -> int:
+        """Bytes of the tensors in an op's arguments or outputs (tensors, lists and tuples of them). A sparse
+        tensor is its values and indices, and a dense one of a sparse operand's shape moves only the rows
+        that one holds (SGD's update of a table by its sparse gradient touches the looked-up rows)."""
         total = 0
         for x in values:
             if isinstance(x, torch.Tensor):
-                total += x.numel() * x.element_size()
-            elif isinstance(x, (list, tuple)):
-                total += tensor_bytes(x)
-            elif isinstance(x, dict):
-                total += tensor_bytes(x.values())
+                rows = x._values().numel() if x.is_sparse else next((n for shape, n in sparse if x.shape == shape), None)
+                total += (x.numel() if rows is None else rows) * x.element_size() + (x._indices().numel() * 8 if
+                                                                                     x.is_sparse else 0)
+            elif isinstance(x, (list, tuple, dict)):
+                total += tensor_bytes(x.values() if isinstance(x, dict) else x, sparse)
         return total
+
+    def op_bytes(args, kwargs, out, lookup: bool) -> int:
+        """The bytes one op moves; an embedding lookup (table, indices, ...) reads the rows it names."""
+        if lookup and isinstance(args[1], torch.Tensor) and getattr(args[0], "ndim", 0) == 2:
+            return (args[1].numel() * args[0].shape[1] * args[0].element_size() + tensor_bytes(args[1:])
+                    + tensor_bytes(kwargs.values()) + tensor_bytes((out,)))
+        flat = [x for x in (*args, *(out if isinstance(out, (list, tuple)) else (out,))) if isinstance(x, torch.Tensor)]
+        sparse = [(x.shape, x._values().numel()) for x in flat if x.is_sparse]
+        return tensor_bytes(args, sparse) + tensor_bytes(kwargs.values(), sparse) + tensor_bytes((out,), sparse)
 
     class Counting(_FlopCounterMode):
         def __init__(self):
@@ -133,30 +143,28 @@ def _counting_mode(counter):
         def plan(self, func) -> tuple:
             """(how: pass on, higher-order, decompose first or run; its attention kernel's name; its
             bytes are FLOP ops' (True) or others' (False), or it moves none (None: a view); it has a
-            formula), decided in the order torch's mode decides."""
-            if func in passed_on:
-                return PASS, None, None, False
-            if isinstance(func, torch._ops.HigherOrderOperator):
-                return HIGHER_ORDER, None, None, False
-            if func is torch.ops.prim.device.default:  # a device query (fake tensors ask it): no kernel, no bytes
-                return RUN, None, None, False
+            formula; it is an embedding lookup), decided in the order torch's mode decides. A device
+            query (fake tensors ask it) runs with no kernel and no bytes."""
+            if func in passed_on or isinstance(func, torch._ops.HigherOrderOperator) or func is torch.ops.prim.device.default:
+                return PASS if func in passed_on else RUN if func is torch.ops.prim.device.default else HIGHER_ORDER, \
+                    None, None, False, False
             packet = func._overloadpacket
             # torch tries a decomposition for every op not in its registry (the registry is keyed by
             # packet, so that is every op) but prim.device; there is one where the op has such a kernel.
-            decomposes = (func not in counter.flop_registry and func is not torch.ops.prim.device.default
-                          and (composite in func.py_kernels
-                               or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), composite)))
+            decomposes = func not in counter.flop_registry and (
+                composite in func.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), composite))
             # FLOP ops' bytes by torch's registry alone, as counted so far: the CPU flash-attention
             # kernels (formulas in formula_fixes only) move "other" bytes.
             return (DECOMPOSE if decomposes else RUN, ATTENTION_KERNELS.get(packet.__name__),
-                    None if func.is_view else packet in flop_registry, packet in counter.flop_registry)
+                    None if func.is_view else packet in flop_registry, packet in counter.flop_registry,
+                    packet.__name__ in EMBEDDING_LOOKUPS)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs if kwargs else {}
             plan = self.plans.get(func)
             if plan is None:
                 plan = self.plans[func] = self.plan(func)
-            how, kernel, bytes_of, has_formula = plan
+            how, kernel, bytes_of, has_formula, lookup = plan
             if how is not RUN:
                 if how is PASS:
                     return NotImplemented
@@ -171,7 +179,7 @@ def _counting_mode(counter):
             out = func(*args, **kwargs)
             if bytes_of is not None:
                 self.launched += 1
-                self.moved[bytes_of] += tensor_bytes(args) + tensor_bytes(kwargs.values()) + tensor_bytes((out,))
+                self.moved[bytes_of] += op_bytes(args, kwargs, out, lookup)
             if has_formula:
                 counter._count_flops(func._overloadpacket, out, args, kwargs)
             return out
