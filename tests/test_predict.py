@@ -195,12 +195,16 @@ def test_a_group_with_no_measured_pair_is_unvalidated(monkeypatch, cpu_run, tmp_
     assert row["band_text"] == "none: unvalidated (inference: no measured pair)"
 
 
-def test_a_small_batch_whose_ops_were_not_counted_has_no_band(cpu_run, tmp_path):
+def test_a_small_batch_without_an_eager_count_of_its_ops_has_no_band(cpu_run, tmp_path):
     """Its group's band measures the host-bound term, which needs the ops a step runs; rows older than that
     count are predicted without it, so the band would not be theirs."""
     (row,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, batch_size=4, ops_per_step=None), [spec("H100-SXM5-80GB")])
     assert row["group"] == measured.SMALL_BATCH and row["band"] is None and row["low"] is None
-    assert row["band_text"].startswith("none: unvalidated (small batches: the run did not count its ops")
+    assert row["band_text"].startswith("none: unvalidated (small batches: no count of an eager step's kernels")
+    # A compiled step fuses its kernels (CUDA graphs drop the host's part): the eager count stands for neither.
+    (compiled,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, "c", batch_size=4, compile="default"),
+                                 [spec("H100-SXM5-80GB")])
+    assert compiled["band"] is None and not compiled["binds"].startswith(("launch floor", "host"))
 
 
 def test_an_emulated_precision_or_a_serving_point_is_refused_and_says_why(cpu_run, tmp_path):

@@ -97,5 +97,6 @@ def main(args: argparse.Namespace) -> int:
               "(no efficiency carried over), capped by the launch floor where the host binds.")
     if any(r["binds"].startswith("launch floor") for r in rows):
         print(f"launch floor: the kernels one eager step ran (counted in the run) x the host's time per kernel, "
-              f"{FLOOR_SOURCE}: no GPU runs the step faster.")
+              f"{FLOOR_SOURCE}: no GPU runs this eager step faster (a compiled step, with fused kernels or CUDA "
+              f"graphs, gets no floor).")
     return EXIT_OK

@@ -64,7 +64,13 @@ def profile_of(conf: dict) -> Profile:
     params = conf.get("params_count") or 0
     return Profile(conf["flops_per_sample"], conf["bytes_per_sample_flop_ops"], conf["bytes_per_sample_other_ops"],
                    grad_bytes=4.0 * params, source="counted on the measured run (bench_core/measure/flops.py)",
-                   ops_per_step=float(conf.get("ops_per_step") or 0.0))
+                   ops_per_step=float(eager_ops(conf) or 0.0))
+
+
+def eager_ops(conf: dict) -> int | None:
+    """The ops an eager step runs, a kernel each: what the launch floor and the host-bound term count. A
+    compiled step fuses kernels (and CUDA graphs remove the host's part), so it has none."""
+    return conf.get("ops_per_step") if str(conf.get("compile") or "off") == "off" else None
 
 
 def source_setup(conf: dict) -> Setup:
@@ -144,7 +150,7 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
         group = group_of(conf, src)
         # A small batch whose ops were not counted (rows older than ops_per_step) is predicted without the
         # host-bound term, and the group's band measures the model with it: no band fits.
-        uncounted = group == SMALL_BATCH and not conf.get("ops_per_step")
+        uncounted = group == SMALL_BATCH and not eager_ops(conf)
         measured = None if uncounted else measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
@@ -154,7 +160,7 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
             else:
                 p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
                 value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-            floor = launch_floor(devices, conf["batch_size"], conf.get("ops_per_step"))
+            floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
             if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
                 value, binds = floor
             error = measured[0] if measured else None
@@ -174,8 +180,8 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
     return rows, notes
 
 
-UNCOUNTED = ("none: unvalidated (small batches: the run did not count its ops, so the host-bound term its group's "
-             "pairs were measured with cannot apply; measure again with this version)")
+UNCOUNTED = ("none: unvalidated (small batches: no count of an eager step's kernels (a compiled step, or a run from "
+             "before bench counted them), so the host-bound term its group's pairs were measured with cannot apply)")
 BOUND_NOTE = ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no efficiency carried over "
               "from the CPU)")
 
