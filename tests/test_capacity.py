@@ -255,6 +255,10 @@ def test_compare_of_identical_variants_shows_no_clear_difference(tmp_path, capsy
         rows = json.loads((out_dir / "runs" / run_id / "rows.json").read_text())
         assert [r["repeat"] for r in rows] == list(range(6)) and {r["status"] for r in rows} == {"ok"}
     assert (out_dir / "results.csv").exists() and len(list((out_dir / "compare").glob("*.json"))) == 1
+    # Without --json, the terminal says that A and B are one configuration: an A/A run shows the noise.
+    bench(["compare", "--model", "test_tiny_cnn", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1",
+           "--min-seconds", "0", "--device", "cpu", "--rounds", "2"])
+    assert "A and B are the same configuration: an A/A run" in capsys.readouterr().err
 
 
 def test_ratio_verdicts():

@@ -69,6 +69,9 @@ def main(args: argparse.Namespace) -> int:
     labels = tuple(" ".join(f"{k}={v}" for k, v in over.items()) or "as configured" for over in (over_a, over_b))
     if args.out:
         check_writable(args.out)
+    if over_a == over_b:  # no --a/--b (or the same): a legitimate A/A run, but say what it measures
+        note_line(args, "bench compare: A and B are the same configuration: an A/A run, whose verdict is this "
+                        "machine's noise (give --a KEY=VALUE and --b KEY=VALUE to compare two variants)")
     result = compare(cfg_a, cfg_b, rounds=args.rounds, tolerance=args.tolerance, labels=labels,
                      progress=progress_printer(args))
     if args.out:
