@@ -268,3 +268,27 @@ def test_rows_measured_on_a_listed_gpu_use_its_spec_sheet_and_predict_themselves
     assert small["group"] == measured.SMALL_BATCH and small["predicted"] == pytest.approx(small["measured"])
     assert small["binds"].startswith("host (a small step: its launch floor is")
 
+
+ROOT = Path(__file__).resolve().parents[1]
+H200_RUN = ROOT / "gpu" / "runs" / "h200-2026-11-27"
+SAME_ON_CPU = ROOT / "gpu" / "cpu-pairs" / "h200-2026-11-27"  # the same configurations, run on a CPU
+
+
+def test_the_kept_h200_rows_are_within_the_bounds_from_cpu_rows_of_the_same_configurations():
+    """A CPU row gives a GPU's bound, "at most": the H200's measured rows of the same configurations
+    (model, mode, precision, batch, input) must be at or below it. How far below is the error a CPU
+    source carries: docs/prediction.md states it, line by line, as computed here."""
+    key = ("model", "mode", "precision", "batch_size", "input_shape")
+    gpu = {tuple(c[k] for k in key): c for c in measured.configurations(measured.ok_rows(H200_RUN))
+           if c["mode"] != "serve"}
+    bounds, notes = predict_dir(SAME_ON_CPU, [spec("H200-SXM-141GB")])
+    assert not notes and len(bounds) >= 2
+    doc = (ROOT / "docs" / "prediction.md").read_text()
+    for b in bounds:
+        same = gpu[tuple(b[k] for k in key)]
+        assert b["kind"] == "bound" and b["group"] == measured.CPU_SOURCE and b["disturbed"] is None
+        assert 0 < same["samples_per_s"] <= b["predicted"], (b["model"], same["samples_per_s"], b["predicted"])
+        line = (f"| {b['model']} {b['mode']} {b['precision']}, batch {b['batch_size']}, {b['input_shape']} | "
+                f"{same['samples_per_s']:,.0f} {b['sample_unit']} | {b['predicted']:,.0f} ({b['binds'].split(' (')[0]}) | "
+                f"{same['samples_per_s'] / b['predicted']:.0%} |")
+        assert line in doc, line
