@@ -444,7 +444,8 @@ def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():
 def test_published_figures_carry_their_source_and_match_the_same_gpu_and_workload(dirs):
     ref = summary.load_reference()
     assert len(ref) > 50 and ref["url_or_citation"].str.len().gt(10).all() and ref["value"].notna().all()
-    assert set(ref["source"]) == {"lambdal", "DLPerf", "3D UNet", "NVIDIA DLE", "llm.c", "torchtitan", "notebook-bench"}
+    assert set(ref["source"]) == {"lambdal", "DLPerf", "3D UNet", "NVIDIA DLE", "llm.c", "torchtitan", "notebook-bench",
+                                  "llm-foundry"}
     assert summary.gpu_matches("Tesla V100-SXM2-16GB", "v100 16gb")
     assert not summary.gpu_matches("Tesla V100-SXM2-32GB", "v100 sxm2 16gb")
     # A V100 row of the published workload (ResNet-50 training at 224 px, fp32) finds lambdal and DLPerf.
