@@ -258,7 +258,7 @@ def test_compare_of_identical_variants_shows_no_clear_difference(tmp_path, capsy
     # Without --json, the terminal says that A and B are one configuration: an A/A run shows the noise.
     bench(["compare", "--model", "test_tiny_cnn", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1",
            "--min-seconds", "0", "--device", "cpu", "--rounds", "2"])
-    assert "A and B are the same configuration: an A/A run" in capsys.readouterr().err
+    assert "A and B were the same configuration: an A/A run" in capsys.readouterr().err
 
 
 def test_ratio_verdicts():

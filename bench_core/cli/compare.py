@@ -69,9 +69,6 @@ def main(args: argparse.Namespace) -> int:
     labels = tuple(" ".join(f"{k}={v}" for k, v in over.items()) or "as configured" for over in (over_a, over_b))
     if args.out:
         check_writable(args.out)
-    if over_a == over_b:  # no --a/--b (or the same): a legitimate A/A run, but say what it measures
-        note_line(args, "bench compare: A and B are the same configuration: an A/A run, whose verdict is this "
-                        "machine's noise (give --a KEY=VALUE and --b KEY=VALUE to compare two variants)")
     result = compare(cfg_a, cfg_b, rounds=args.rounds, tolerance=args.tolerance, labels=labels,
                      progress=progress_printer(args))
     if args.out:
@@ -81,6 +78,9 @@ def main(args: argparse.Namespace) -> int:
         path = write_json(Path(args.out) / "compare", cfg_b, result.to_dict())
         note_line(args, f"comparison written to {path}; rows under {Path(args.out) / 'runs'}")
     print(json.dumps(result.to_dict(), indent=1, default=str) if args.json else result.format())
+    if over_a == over_b:  # no --a/--b (or the same): a legitimate A/A run, but say what it measured
+        note_line(args, "bench compare: A and B were the same configuration: an A/A run, whose verdict is this "
+                        "machine's noise (give --a KEY=VALUE and --b KEY=VALUE to compare two variants)")
     if result.verdict == DISTURBED:
         print(f"bench compare: disturbed: not judged, re-measure on a quiet machine ({result.reason})", file=sys.stderr)
     return result.exit_status
