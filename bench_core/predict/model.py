@@ -45,7 +45,8 @@ TERMS = ("software-default", "split", "batch", "interconnect", "host-bound")
 # small model on a GPU would give it).
 HOST_S_PER_OP = 5e-6
 FLOOR_SOURCE = ("5 us a kernel: the low end of eager PyTorch's 5-25 us of host time per op (jiahuanglin.xyz, "
-                "'From PyTorch op to kernel launch'), not yet measured on a GPU here")
+                "'From PyTorch op to kernel launch'); not yet measured on a GPU of ours, and below every published "
+                "figure's (23 us an op or more: docs/prediction.md)")
 
 
 @dataclass(frozen=True)
