@@ -110,15 +110,14 @@ def _counting_mode(counter):
                  torch.ops.prim.layout.default}
 
     def tensor_bytes(values, sparse=()) -> int:
-        """Bytes of the tensors in an op's arguments or outputs (tensors, lists and tuples of them). A sparse
-        tensor is its values and indices, and a dense one of a sparse operand's shape moves only the rows
-        that one holds (SGD's update of a table by its sparse gradient touches the looked-up rows)."""
+        """Bytes of the tensors in an op's arguments or outputs. A sparse tensor is its values and indices; a dense
+        one of a sparse operand's shape moves the rows that one holds (SGD's sparse update of a table)."""
         total = 0
         for x in values:
-            if isinstance(x, torch.Tensor):
-                rows = x._values().numel() if x.is_sparse else next((n for shape, n in sparse if x.shape == shape), None)
-                total += (x.numel() if rows is None else rows) * x.element_size() + (x._indices().numel() * 8 if
-                                                                                     x.is_sparse else 0)
+            if isinstance(x, torch.Tensor) and x.is_sparse:
+                total += x._values().numel() * x.element_size() + x._indices().numel() * 8
+            elif isinstance(x, torch.Tensor):
+                total += next((n for shape, n in sparse if x.shape == shape), x.numel()) * x.element_size()
             elif isinstance(x, (list, tuple, dict)):
                 total += tensor_bytes(x.values() if isinstance(x, dict) else x, sparse)
         return total
@@ -128,8 +127,7 @@ def _counting_mode(counter):
         if lookup and isinstance(args[1], torch.Tensor) and getattr(args[0], "ndim", 0) == 2:
             return (args[1].numel() * args[0].shape[1] * args[0].element_size() + tensor_bytes(args[1:])
                     + tensor_bytes(kwargs.values()) + tensor_bytes((out,)))
-        flat = [x for x in (*args, *(out if isinstance(out, (list, tuple)) else (out,))) if isinstance(x, torch.Tensor)]
-        sparse = [(x.shape, x._values().numel()) for x in flat if x.is_sparse]
+        sparse = [(x.shape, x._values().numel()) for x in (*args, out) if isinstance(x, torch.Tensor) and x.is_sparse]
         return tensor_bytes(args, sparse) + tensor_bytes(kwargs.values(), sparse) + tensor_bytes((out,), sparse)
 
     class Counting(_FlopCounterMode):
@@ -141,13 +139,15 @@ def _counting_mode(counter):
             self.plans: dict = {}  # op -> what to do with it: one dict lookup per op
 
         def plan(self, func) -> tuple:
-            """(how: pass on, higher-order, decompose first or run; its attention kernel's name; its
-            bytes are FLOP ops' (True) or others' (False), or it moves none (None: a view); it has a
-            formula; it is an embedding lookup), decided in the order torch's mode decides. A device
-            query (fake tensors ask it) runs with no kernel and no bytes."""
-            if func in passed_on or isinstance(func, torch._ops.HigherOrderOperator) or func is torch.ops.prim.device.default:
-                return PASS if func in passed_on else RUN if func is torch.ops.prim.device.default else HIGHER_ORDER, \
-                    None, None, False, False
+            """(how: pass on, higher-order, decompose first or run; its attention kernel; its bytes are FLOP ops'
+            (True), others' (False) or none (None: a view, or a device query of fake tensors); it has a formula;
+            it is an embedding lookup), decided in the order torch's mode decides."""
+            if func in passed_on:
+                return PASS, None, None, False, False
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                return HIGHER_ORDER, None, None, False, False
+            if func is torch.ops.prim.device.default:
+                return RUN, None, None, False, False
             packet = func._overloadpacket
             # torch tries a decomposition for every op not in its registry (the registry is keyed by
             # packet, so that is every op) but prim.device; there is one where the op has such a kernel.

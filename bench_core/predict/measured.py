@@ -94,7 +94,8 @@ def source_setup(conf: dict) -> Setup:
 
 def group_of(conf: dict, src: Setup | None = None) -> str:
     """Which group's measured pairs (if any) stand behind a prediction from `conf` (measured on `src`)."""
-    share = floor_share(profile_of(conf), times(profile_of(conf), src), conf["batch_size"]) if src else None
+    profile = profile_of(conf)
+    share = floor_share(profile, times(profile, src), conf["batch_size"]) if src else None
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
 
 
@@ -154,15 +155,15 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
         measured = None if uncounted else measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
-            if bound:
+            if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
                 t = times(profile_of(conf), dst, terms)
                 value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
+                floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
+                if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
+                    value, binds = floor
             else:
                 p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
                 value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-            floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
-            if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
-                value, binds = floor
             error = measured[0] if measured else None
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                          "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],

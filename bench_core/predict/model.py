@@ -28,7 +28,7 @@ or the measured row.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench_core.predict.groups import SMALL_STEP_FLOOR_SHARE
 from bench_core.predict.specs import Spec
@@ -152,18 +152,17 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     share = floor_share(profile, src, b_src)
     if "host-bound" in terms and share is not None and share >= SMALL_STEP_FLOOR_SHARE:
         # a small step: the measured time is the host's, the same on the target unless its roofline is slower
-        host_step = source.gpus * b_src / measured * b_dst / b_src
+        host_step = source.gpus * b_dst / measured  # the measured step, per sample, at the target's batch
         ideal_step = b_dst * dst.sample_s + dst.comm_s
         value = target.gpus * b_dst / max(host_step, ideal_step)
         binds = (f"host (a small step: its launch floor is {share:.0%} of its ideal time on {source.gpu.gpu}; "
                  "the measured step carried over)" if host_step >= ideal_step else dst.binds)
-        dst = Times(dst.compute_s, dst.flop_op_memory_s, dst.other_memory_s, dst.sample_s, dst.comm_s, binds)
+        dst = replace(dst, binds=binds)
         note = (f"a host-bound step measured on {source.gpu.gpu} carried to {target.gpu.gpu} unchanged unless its "
                 f"roofline is slower; terms: {', '.join(terms)}")
     floor = launch_floor(target.gpus, b_dst, profile.ops_per_step)
     if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
-        dst = Times(dst.compute_s, dst.flop_op_memory_s, dst.other_memory_s, dst.sample_s, dst.comm_s, floor[1])
-        value = floor[0]
+        value, dst = floor[0], replace(dst, binds=floor[1])
     return Prediction(value, efficiency, src, dst, note)
 
 
