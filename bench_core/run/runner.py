@@ -251,7 +251,7 @@ class Session:
                **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),
                **(generation_columns(window, self.run["global_batch_size"], cfg.prompt_len, cfg.new_tokens)
                   if cfg.mode == "generate" else {}),
-               **_all_ranks_memory(backend.memory_stats(), ctx), **_all_ranks_telemetry(sampler.columns(), ctx),
+               **ddp.memory_over_ranks(backend.memory_stats()), **ddp.telemetry_over_ranks(sampler.columns()),
                **_finiteness(cfg, self.last[0])}
         row["status"] = "ok" if row["loss_finite"] else "nan"
         row["message"] = None if row["loss_finite"] else \
@@ -277,24 +277,6 @@ class Session:
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = failure_row(self.run, status, error_message(exc))
             return None
-
-
-def _all_ranks_memory(stats: dict, ctx) -> dict:
-    """Peak memory of the row: the largest over ranks (the device that runs out first), not the writer's."""
-    if ctx.world_size == 1:
-        return stats
-    gathered: list = [None] * ctx.world_size
-    torch.distributed.all_gather_object(gathered, stats)
-    return {key: max((g[key] for g in gathered if g.get(key) is not None), default=None) for key in stats}
-
-
-def _all_ranks_telemetry(columns: dict, ctx) -> dict:
-    """Telemetry of every rank's device combined (sums of energy, worst flags), not only rank 0's."""
-    if ctx.world_size == 1:
-        return columns
-    gathered: list = [None] * ctx.world_size
-    torch.distributed.all_gather_object(gathered, columns)
-    return telemetry.combine_ranks(gathered)
 
 
 def _make_step(cfg, model, workload, precision: Precision, device):
