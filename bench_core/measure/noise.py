@@ -58,9 +58,11 @@ POWER_CAP_SHARE = 0.95
 # From the H200 resnet18 inference ladder (amp-bf16, 224 px): a bare loop took 2.09 ms a step at batch 1 and
 # 2.11 ms at batch 16 (478 and 7,584 images/s), through the notebook 3.5-3.7 ms at 1, 4 and 16 alike: the
 # host set those steps, and NVML counted a kernel running 17, 21 and 31 % of the time. Batch 64 and 256 (2.9
-# and 9.6 ms a step; 22,199 and 26,755 images/s: the GPU saturating) ran kernels 90 and 93 % of it. No row
-# fell between 31 and 90 %; one half lies in that gap and has the meaning above. First light's batch 64 on a
-# slower host (69 %, 17,373 images/s against 22,148) is not flagged: its GPU still did two thirds of the step.
+# and 9.6 ms a step; 22,199 and 26,755 images/s: the GPU saturating) ran kernels 90 and 93 % of it. No step of
+# the ladder fell between 31 and 90 %; one half lies in that gap and has the meaning above. First light's batch
+# 64 on a slower host (69 %, 17,373 images/s against 22,148) is not flagged: its GPU still did two thirds of
+# the step. The GPU's own time is what the host hides: at batch 1, NVML's share times the step is 0.63 ms
+# through the notebook (17 % of 3.72 ms) and 0.65 ms through bench run on the other machine (30 % of 2.15 ms).
 HOST_BOUND_BUSY = 0.5
 # The schema that brought gpu_busy and power_limit_w (results/rows.py): rows written before it said a GPU at
 # its power cap as throttle(sw_power_cap) and clock-drop, and had no gpu_busy; current_flags reads them anew.

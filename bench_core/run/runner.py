@@ -19,7 +19,7 @@ from bench_core.devices import Backend, numerics_state, resolve_device, restore_
 from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
+from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -76,6 +76,7 @@ def _run_here(cfg: BenchConfig, progress: Progress | None) -> list[dict]:
                     return [session.failure]
         rows = session.rows
         noise.flag_unstable_repeats(rows)
+        busy.record(session.step, session.backend, rows)  # after every window: how busy the GPU was (host-bound)
         if cfg.mode == "train" and session.ctx.world_size > 1:  # every rank profiles the step: it holds collectives
             comm_overlap.record(session.step, session.backend, rows)
         if cfg.profile:
