@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
 
 from bench_core.cli.common import format_rows, run_summary
 from bench_core.devices import Backend
@@ -16,9 +18,11 @@ from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
 from bench_core.run import busy
+from bench_core.run.comm_overlap import length
 from bench_core.scenarios.compare import Comparison, judge
 from bench_core.summary.effects import compare_variants, settings_effects
 from bench_core.summary.load import load_results
+from bench_core.summary.reference import reference_matches
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_RUNS = [ROOT / "gpu" / "runs" / "h200-2026-11-27", ROOT / "gpu" / "runs" / "h200-2026-11-27-b"]
@@ -156,3 +160,24 @@ def test_the_reports_comparison_of_host_bound_rows_on_two_machines_says_it_compa
     assert row["ratio"] == pytest.approx(1.61, abs=0.01)
     assert row["text"].endswith("host-bound (gpu busy: baseline 17%, variant 29-32% by NVML utilization): "
                                 "compares the hosts, not the GPUs")
+
+
+def test_the_gpus_busy_time_is_its_kernels_union_not_the_spans_of_annotations():
+    """The CUDA path's events, as torch.profiler makes them (no GPU here): two overlapping kernels on two streams
+    are busy 15 us, not 20; the ProfilerStep annotation's span on the GPU timeline covers the idle gaps too, and
+    the host's own ops are not the device's."""
+    def event(name, start, end, device=DeviceType.CUDA, annotation=False):
+        return FunctionEvent(id=0, name=name, thread=0, start_us=start, end_us=end, device_type=device,
+                             is_user_annotation=annotation)
+    events = [event("void gemm_kernel", 0, 10), event("void relu_kernel", 5, 15), event("Memcpy DtoD", 40, 42),
+              event("ProfilerStep#1", 0, 100, annotation=True), event("aten::mm", 0, 100, device=DeviceType.CPU)]
+    assert length(busy.device_intervals(events, "cuda")) == 17.0
+    assert length(busy.device_intervals(events, "cpu")) == 100.0  # the CPU stand-in: its aten ops
+
+
+def test_ours_beside_a_published_figure_says_when_ours_measured_the_host(h200):
+    matched = reference_matches(h200)
+    ladder = matched[(matched["model"] == "resnet18") & (matched["batch_size"].isin([1, 256]))]
+    said = {int(b): {c.endswith("host-bound (gpu busy: ours 17% by NVML utilization): compares the hosts, not the GPUs")
+                     for c in group["comparison"]} for b, group in ladder.groupby("batch_size")}
+    assert said == {1: {True}, 256: {False}}
