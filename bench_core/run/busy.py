@@ -51,7 +51,12 @@ def device_seconds(step: Callable[[], object], backend, steps: int) -> tuple[flo
     """Run `step` `steps` times under torch.profiler -> (the device's busy seconds per step, the profiled steps'
     own wall seconds per step on the host clock: slowed by the profiler on a GPU, so not what gpu_busy divides by)."""
     on_gpu = backend.type == "cuda"
-    if not on_gpu:
+    if on_gpu:
+        # Kineto leaves CUPTI attached after a profile unless TEARDOWN_CUPTI=1, and CUDA work after it runs 10-20 %
+        # slower (pytorch/pytorch#144455): the next configuration's windows in this process (a sweep's precisions)
+        # would pay for this measurement. Asked for unless set (torch sets 0 itself where CUDA graphs need it).
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
+    else:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # (as run/profiling.py: no Kineto lines on a CPU host)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     recorded: dict = {}
@@ -66,6 +71,7 @@ def device_seconds(step: Callable[[], object], backend, steps: int) -> tuple[flo
             step()
         backend.synchronize()
         wall = time.perf_counter() - start
+    backend.synchronize()  # a CUDA call: Kineto's pending teardown runs on one, here rather than in a later step
     return length(device_intervals(recorded.get("events") or [], backend.type)) / 1e6 / steps, wall / steps
 
 
