@@ -202,8 +202,11 @@ def test_disturbed_repeats_are_left_out_and_too_few_left_is_disturbed():
 
 def test_which_flags_disturb_and_the_method_text_says_so():
     assert disturbances("other-processes-on-cpu(0.94 cores);noisy-window(0.2 > 0.05)") == "other-processes-on-cpu"
-    assert disturbances("throttle(sw_power_cap); unstable-repeats(CV 0.2 > 0.1 over 3 repeats)") == \
+    assert disturbances("throttle(hw_slowdown); unstable-repeats(CV 0.2 > 0.1 over 3 repeats)") == \
         "throttle, unstable-repeats"
+    # A row from before schema 9 at its power cap: its throttle(sw_power_cap) and clock drop were the cap.
+    assert disturbances("throttle(sw_power_cap);clock-drop(min 1605 < 0.9 x mean 1833 MHz)") == ""
+    assert disturbances("power-capped(689 W of 700 W cap);host-bound(gpu busy 17%)") == ""
     assert disturbances("noisy-window(0.2 > 0.05);short-window(1 s < min_seconds 2)") == ""
     assert disturbances(float("nan")) == "" and disturbances(None) == ""
     for flag in DISTURBING_FLAGS:

@@ -12,6 +12,7 @@ import torch
 from bench_core.measure import efficiency, telemetry
 from bench_core.measure import rapl
 from bench_core.devices import Backend
+from bench_core.results.disturbed import disturbances
 
 UUID_A = "GPU-11111111-2222-3333-4444-555555555555"
 UUID_B = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
@@ -125,6 +126,7 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
     m.nvmlDeviceGetTemperature = read("temp")
     m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=p) for p in read("pids")(h)]
     m.nvmlDeviceGetCurrentClocksThrottleReasons = read("reasons")
+    m.nvmlDeviceGetEnforcedPowerLimit = read("power_limit_mw")
     if event_reasons:
         m.nvmlDeviceGetCurrentClocksEventReasons = read("reasons")
     return m
@@ -132,7 +134,7 @@ def make_pynvml(devices, init_error=None, event_reasons=True, lookups=True):
 
 def gpu(uuid, bus, power_mw=200_000, **extra):
     start = time.perf_counter()  # the energy counter (mJ) runs at power_mw, as a real one would
-    dev = dict(uuid=uuid, bus=bus, power_mw=power_mw, util=90, sm_mhz=1410, mem_used=5 * 2**30, temp=60,
+    dev = dict(uuid=uuid, bus=bus, power_mw=power_mw, power_limit_mw=400_000, util=90, sm_mhz=1410, mem_used=5 * 2**30, temp=60,
                energy_mj=lambda: 1_000_000 + int(power_mw * (time.perf_counter() - start)),
                pids=[os.getpid()], reasons=0)
     dev.update(extra)
@@ -268,16 +270,26 @@ def test_throttle_reason_is_decoded_and_flagged(monkeypatch, cuda_device, tiny_c
     assert device_flags(flags) == "throttle(hw_thermal_slowdown)"  # idle is a state, not throttling
 
 
-def test_a_power_cap_is_recorded_and_flagged_only_when_the_clock_fell(monkeypatch, cuda_device, tiny_config):
-    # A T4 / L4 / A10 under load: sw_power_cap in nearly every window, at steady clocks.
-    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([gpu(UUID_A, "00000000:3B:00.0", reasons=0x4)]))
+def test_a_gpu_at_its_power_cap_is_said_so_not_disturbed(monkeypatch, cuda_device, tiny_config):
+    # An H200 under ResNet-50 amp-fp16 channels_last: 689 W of its 700 W, sw_power_cap, SM clock 1605-1980 MHz.
+    h200 = gpu(UUID_A, "00000000:3B:00.0", power_mw=689_000, power_instant_mw=689_000, power_limit_mw=700_000,
+               reasons=0x4)
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([h200]))
     cols = sample(cuda_device(UUID_A))
-    assert cols["throttle_reasons"] == "sw_power_cap"  # recorded
-    steady = {**cols, "step_time_cv": 0.01, "timed_s": 1.0}
-    assert device_flags(efficiency.derive(steady, tiny_config())["noise_flags"]) is None
-    fell = {**steady, "sm_clock_mhz_mean": 1400.0, "sm_clock_mhz_min": 1100.0}
+    assert cols["throttle_reasons"] == "sw_power_cap" and cols["power_limit_w"] == 700.0
+    fell = {**cols, "power_w_mean": 689.0, "sm_clock_mhz_mean": 1833.0, "sm_clock_mhz_min": 1605.0,
+            "step_time_cv": 0.01, "timed_s": 1.0}
     flags = device_flags(efficiency.derive(fell, tiny_config())["noise_flags"])
-    assert flags.startswith("throttle(sw_power_cap);clock-drop(min 1100")
+    assert flags == "power-capped(689 W of 700 W cap, SM clock min 1605 mean 1833 MHz)"  # the drop is the cap's
+    assert disturbances(flags) == ""
+    # At the cap with a steady clock: still said. Touching it at 400 W of 700 W with a steady clock: recorded only.
+    steady = {**fell, "sm_clock_mhz_min": 1800.0}
+    assert device_flags(efficiency.derive(steady, tiny_config())["noise_flags"]).startswith("power-capped(689 W")
+    assert device_flags(efficiency.derive({**steady, "power_w_mean": 400.0}, tiny_config())["noise_flags"]) is None
+    # A thermal slowdown beside the cap is still a disturbance, and the clock drop with it.
+    hot = {**fell, "throttle_reasons": "sw_power_cap;hw_thermal_slowdown"}
+    flags = device_flags(efficiency.derive(hot, tiny_config())["noise_flags"])
+    assert disturbances(flags) == "throttle, clock-drop" and "power-capped(689 W" in flags
 
 
 def test_throttle_reasons_fall_back_to_the_old_query(monkeypatch, cuda_device):

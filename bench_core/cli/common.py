@@ -19,6 +19,7 @@ from bench_core.config.schema import BenchConfig, load_yaml_mapping
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
+from bench_core.results.bound import bound_note
 from bench_core.results.disturbed import disturbances, disturbed_note
 from bench_core.results.fidelity import deviation_text
 from bench_core.run.estimate import LongStepWarning
@@ -184,7 +185,8 @@ def format_details(row: dict) -> str:
     keys = ["device_name", "threads", "torch_version", "cuda_version", "cudnn_version", "driver_version",
             "git_commit", "tf32_enabled", "cudnn_benchmark_enabled", "peak_mem_allocated_bytes",
             "peak_mem_reserved_bytes", "peak_rss_bytes", "flops_per_sample", "achieved_tflops", "peak_tflops",
-            "peak_source", "mfu", "energy_j", "telemetry_note", "noise_flags", "config_hash", "run_id"]
+            "peak_source", "mfu", "energy_j", "power_limit_w", "gpu_busy", "gpu_busy_method", "telemetry_note",
+            "noise_flags", "config_hash", "run_id"]
     shown = {k: str(row[k]).replace(";", "; ") if k == "noise_flags" else row[k] for k in keys
              if row.get(k) not in (None, "")}
     return "\n".join(f"  {k}: {v}" for k, v in shown.items())
@@ -225,7 +227,8 @@ def format_rows(rows: list[dict]) -> str:
         # model's images/s at its denoising steps, MVox/s, MPx/s, embedding GB/s.
         extra = {"tokens_per_s": "tokens/s", "ttft_ms_median": "TTFT ms", "decode_tokens_per_s": "decode tok/s",
                  "itl_ms_median": "ITL ms", "audio_s_per_s": "audio s/s", "images_per_s": "images/s",
-                 "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s", "embedding_gb_per_s": "embedding GB/s"}
+                 "mvox_per_s": "MVox/s", "mpx_per_s": "MPx/s", "embedding_gb_per_s": "embedding GB/s",
+                 "gpu_busy": "GPU busy"}  # the GPU's kernel time / the step: below 0.5, host-bound (the last line)
         cols.update({k: v for k, v in extra.items() if k in ok and ok[k].notna().any()})
     flags = table["noise_flags"].map(disturbances) if "noise_flags" in table else pd.Series("", index=table.index)
     if flags.astype(bool).any():  # a disturbed figure is marked where it is shown, not only with -v
@@ -283,12 +286,13 @@ def fitted_table(table, width: int | None) -> str:
 
 def run_summary(rows: list[dict]) -> str:
     """bench run's last line: '2/2 rows ok', '2/2 rows ok, 2 disturbed (other-processes-on-cpu): re-measure
-    on a quiet machine', and what the output check found ('; outputs within 0.79 % of fp32 eager NCHW')."""
+    on a quiet machine', what bound the rows ('2 host-bound (gpu busy 17%): the host ... set the step's pace, not
+    the GPU') and what the output check found ('; outputs within 0.79 % of fp32 eager NCHW')."""
     line = f"{sum(r['status'] == 'ok' for r in rows)}/{len(rows)} rows ok"
-    note = disturbed_note(rows)
+    note, bound = disturbed_note(rows), bound_note(rows)
     # The check runs before the warm-up: a run stopped before any repeat finished measured nothing to vouch for.
     checked = deviation_text(rows[0]) if any(r["status"] == "ok" for r in rows) else ""
-    return line + (f", {note}" if note else "") + (f"; {checked}" if checked else "")
+    return line + (f", {note}" if note else "") + (f", {bound}" if bound else "") + (f"; {checked}" if checked else "")
 
 
 def terminal_width() -> int | None:

@@ -296,6 +296,8 @@ class NvmlDevice:
             "sm_clock_mhz_mean": mean_or_none(self.sm_mhz), "sm_clock_mhz_min": min(self.sm_mhz, default=None),
             "gpu_mem_used_bytes": self.mem_used_max, "gpu_temp_c_max": self.temp_max,
             "throttle_reasons": ";".join(decode_clock_reasons(self.reasons)) or None,
+            # the cap the power-capped flag measures against (measure/noise.py); read once, after the window
+            "power_limit_w": _watts(self.query("power_limit", lambda: self.nvml.nvmlDeviceGetEnforcedPowerLimit(self.handle))),
         }
         if "clock_events" in self.failed and "throttle_reasons" not in self.failed:
             del self.failed["clock_events"]  # the fallback worked
@@ -395,6 +397,10 @@ def integrate_power(samples: list[tuple[float, float]]) -> float | None:
     if len(samples) < 2:
         return None
     return sum((t1 - t0) * (w0 + w1) / 2.0 for (t0, w0), (t1, w1) in zip(samples, samples[1:]))
+
+
+def _watts(milliwatts) -> float | None:
+    return None if milliwatts is None else milliwatts / 1000.0
 
 
 def mean_or_none(values):

@@ -187,7 +187,7 @@ def combine_ranks(per_rank: list[dict]) -> dict:
     out = {k: mean(k) for k in ("power_w_mean", "power_w_sampled", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
                                 "cpu_util_pct_mean")}
     out.update({k: max(values(k), default=None)
-                for k in ("power_w_max", "gpu_mem_used_bytes", "gpu_temp_c_max", WINDOW_RSS_COLUMN)
+                for k in ("power_w_max", "power_limit_w", "gpu_mem_used_bytes", "gpu_temp_c_max", WINDOW_RSS_COLUMN)
                 if k != WINDOW_RSS_COLUMN or k in _schema_columns()})
     out["sm_clock_mhz_min"] = min(values("sm_clock_mhz_min"), default=None)
     methods = set(values("energy_method"))  # the weakest method used by any rank

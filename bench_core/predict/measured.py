@@ -17,11 +17,13 @@ import statistics
 from pathlib import Path
 
 from bench_core.errors import ConfigError
+from bench_core.measure.noise import current_flags
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
 from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
 from bench_core.predict.published import error_table
 from bench_core.predict.specs import Spec, math_class, spec_for_device
+from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
@@ -49,8 +51,8 @@ def configurations(rows: list[dict]) -> list[dict]:
         merged = {k: first.get(k) for k in (*WORKLOAD, "device_type", "device_name", "peak_tflops", "peak_source",
                                             "params_count", "sample_unit", "task", "precision_support",
                                             "concurrency", "ops_per_step")}
-        merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(r.get("noise_flags") or "").split(";")
-                                                 if f})) or None
+        merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(current_flags(r) or "").split(";")
+                                                 if f})) or None  # under today's rules (older rows: power cap, host)
         for k in NEEDED:
             values = [float(r[k]) for r in group if isinstance(r.get(k), (int, float)) and r[k] > 0]
             merged[k] = statistics.median(values) if values else None
@@ -92,8 +94,16 @@ def source_setup(conf: dict) -> Setup:
     return Setup(device, cls, gpus, 1, conf["batch_size"])
 
 
+def measured_host_bound(conf: dict) -> str:
+    """'gpu busy 17%' where a GPU row was measured host-bound (noise_flags), else ''."""
+    return host_bound(conf.get("noise_flags")) if conf.get("device_type") == "cuda" else ""
+
+
 def group_of(conf: dict, src: Setup | None = None) -> str:
-    """Which group's measured pairs (if any) stand behind a prediction from `conf` (measured on `src`)."""
+    """Which group's measured pairs (if any) stand behind a prediction from `conf` (measured on `src`). A GPU row
+    measured host-bound is a small step whatever its ops count says: its time is the host's."""
+    if measured_host_bound(conf):
+        return SMALL_BATCH
     profile = profile_of(conf)
     share = floor_share(profile, times(profile, src), conf["batch_size"]) if src else None
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
@@ -149,9 +159,9 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
             notes.append(f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted")
             continue
         group = group_of(conf, src)
-        # A small batch whose ops were not counted (rows older than ops_per_step) is predicted without the
-        # host-bound term, and the group's band measures the model with it: no band fits.
-        uncounted = group == SMALL_BATCH and not eager_ops(conf)
+        # A small batch whose ops were not counted (rows older than ops_per_step) and not measured host-bound is
+        # predicted without the host-bound term, and the group's band measures the model with it: no band fits.
+        uncounted = group == SMALL_BATCH and not eager_ops(conf) and not measured_host_bound(conf)
         measured = None if uncounted else measured_bands[group]
         for spec in gpus:
             dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
@@ -162,7 +172,7 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
                 if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
                     value, binds = floor
             else:
-                p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
+                p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf))
                 value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
             error = measured[0] if measured else None
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],

@@ -136,8 +136,9 @@ def _step_s(t: Times, batch: float, efficiency: float) -> float:
 
 
 def predict(measured: float, source: Setup, target: Setup, profile: Profile,
-            terms: tuple[str, ...] = TERMS) -> Prediction:
-    """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`."""
+            terms: tuple[str, ...] = TERMS, host_bound: str = "") -> Prediction:
+    """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`. `host_bound` ('gpu busy 17%'):
+    the source row was measured host-bound, so its step is the host's whatever its launch floor says."""
     src, dst = times(profile, source, terms), times(profile, target, terms)
     b_src = source.batch or 1.0
     b_dst = target.batch or b_src
@@ -150,13 +151,14 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
             f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
     share = floor_share(profile, src, b_src)
-    if "host-bound" in terms and share is not None and share >= SMALL_STEP_FLOOR_SHARE:
+    if "host-bound" in terms and (host_bound or (share is not None and share >= SMALL_STEP_FLOOR_SHARE)):
         # a small step: the measured time is the host's, the same on the target unless its roofline is slower
         host_step = source.gpus * b_dst / measured  # the measured step, per sample, at the target's batch
         ideal_step = b_dst * dst.sample_s + dst.comm_s
         value = target.gpus * b_dst / max(host_step, ideal_step)
-        binds = (f"host (a small step: its launch floor is {share:.0%} of its ideal time on {source.gpu.gpu}; "
-                 "the measured step carried over)" if host_step >= ideal_step else dst.binds)
+        why = (f"measured host-bound on {source.gpu.gpu}: {host_bound}" if host_bound else
+               f"a small step: its launch floor is {share:.0%} of its ideal time on {source.gpu.gpu}")
+        binds = f"host ({why}; the measured step carried over)" if host_step >= ideal_step else dst.binds
         dst = replace(dst, binds=binds)
         note = (f"a host-bound step measured on {source.gpu.gpu} carried to {target.gpu.gpu} unchanged unless its "
                 f"roofline is slower; terms: {', '.join(terms)}")

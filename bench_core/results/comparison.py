@@ -61,6 +61,8 @@ METHOD_TEXT = (
     "Only undisturbed measurements are judged: repeats flagged other-processes-on-cpu, "
     "other-processes-on-device, throttle, clock-drop, unstable-repeats or (serving) client-saturated are left "
     "out, and when too few are left for an interval the verdict is 'disturbed: re-measure', never faster or slower. "
+    "power-capped and host-bound rows are judged (a re-measure gives the same), and the comparison says what bound "
+    "them: across machines, host-bound rows compare the hosts, not the GPUs. "
     "A result is called faster or slower only when the whole interval lies on one side of 1 and the "
     "ratio differs from 1 by at least the minimum effect (2 % unless set otherwise); otherwise there "
     "is no clear difference. With fewer than 2 usable samples on a side there is no interval and no "

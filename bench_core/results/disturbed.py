@@ -12,18 +12,31 @@ from __future__ import annotations
 # says "disturbed: re-measure" instead of faster or slower. noisy-window and short-window are
 # imprecision that the spread of the repeats already carries; mfu-above-1 concerns the peak, not the timing.
 # client-saturated: a serving point whose client (CPU or event loop) may have set the pace (bench_core.serving).
+# power-capped and host-bound say what bound a row (a re-measure gives the same): not disturbances.
 DISTURBING_FLAGS = ("other-processes-on-cpu", "other-processes-on-device", "throttle", "clock-drop",
                     "unstable-repeats", "client-saturated")
 RE_MEASURE = "re-measure on a quiet machine"
 
 
+def legacy_power_cap(parts: list[str]) -> bool:
+    """Flags written before schema 9 for a GPU at its power cap: a throttle(...) naming sw_power_cap alone (since
+    then, sw_power_cap is never a throttle: measure/noise.py writes power-capped). With it, that row's clock-drop
+    was the cap's effect: neither disturbed the measurement."""
+    return any(p.strip().startswith("throttle(") and p.strip()[len("throttle("):].rstrip(")").split(",") == ["sw_power_cap"]
+               for p in parts)
+
+
 def disturbances(flags) -> str:
     """The disturbing flags' names in a row's noise_flags ('other-processes-on-cpu(0.94 cores);noisy-window(..)'
-    -> 'other-processes-on-cpu'), comma separated, each once; '' when none (NaN and None too)."""
+    -> 'other-processes-on-cpu'), comma separated, each once; '' when none (NaN and None too). An older row's
+    throttle(sw_power_cap) and its clock-drop are a power cap (legacy_power_cap), not a disturbance."""
     if not isinstance(flags, str):
         return ""
-    names = [part.split("(")[0].strip() for part in flags.split(";")]
-    return ", ".join(dict.fromkeys(n for n in names if n in DISTURBING_FLAGS))
+    parts = flags.split(";")
+    capped = legacy_power_cap(parts)
+    names = [part.split("(")[0].strip() for part in parts]
+    return ", ".join(dict.fromkeys(n for n in names if n in DISTURBING_FLAGS
+                                   and not (capped and n in ("throttle", "clock-drop"))))
 
 
 def disturbed_rows(rows: list[dict]) -> tuple[int, str]:

@@ -35,7 +35,8 @@ from bench_core.errors import error_message  # noqa: F401 - re-exported: rows an
 #    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
 # 7: model_code_path, model_code_sha256, model_code_commit (a model from your code); 8: serving traffic's
 #    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, ...); ops_per_step
-SCHEMA_VERSION = 8
+# 9: gpu_busy, gpu_busy_method (host-bound rows), power_limit_w (power-capped rows)
+SCHEMA_VERSION = 9
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -259,6 +260,7 @@ _SERVING = [
 _EFFICIENCY = [
     ("power_w_mean", "mean power of one device over the window, W (NVML)"),
     ("power_w_max", "max power of one device over the window, W (NVML)"),
+    ("power_limit_w", "the GPU's enforced power limit, W (NVML): the cap a power-capped row ran at"),
     ("energy_j", "energy of one device over the window, J"),
     ("power_w_sampled", "mean of the power samples taken during the window, W (NVML power readings; RAPL has none): "
                         "beside power_w_mean when that is the energy counter's, energy_j / timed_s, a check of "
@@ -267,7 +269,10 @@ _EFFICIENCY = [
     ("power_method", "what power_w_mean is: energy-counter (energy_j / window seconds) | nvml-instant (mean of "
                      "NVML_FI_DEV_POWER_INSTANT samples) | nvml-power-usage (nvmlDeviceGetPowerUsage samples: a 1 s "
                      "average on Ampere and newer, A100 excepted) | rapl-counter"),
-    ("gpu_util_pct_mean", "mean GPU utilization, %"),
+    ("gpu_util_pct_mean", "mean GPU utilization, % (NVML: the share of time a kernel ran, sampled)"),
+    ("gpu_busy", "GPU rows: the GPU's kernel time per step (torch.profiler over a few steps after the window, on "
+                 "the GPU's clock) / the window's mean step, 0-1; below 0.5 the row is host-bound (noise_flags)"),
+    ("gpu_busy_method", "how gpu_busy was measured, or why it is empty (a CPU row, no CUPTI, a failed profile)"),
     ("sm_clock_mhz_mean", "mean SM clock, MHz"),
     ("sm_clock_mhz_min", "min SM clock, MHz"),
     ("gpu_mem_used_bytes", "device memory used (NVML, includes the CUDA context and other processes)"),
@@ -305,7 +310,8 @@ _EFFICIENCY = [
     ("cost_per_million_samples", "price_per_hour x devices / (samples_per_s x 3600) x 1e6"),
     ("cost_per_million", "price_per_hour x devices / (throughput x 3600) x 1e6: the price of a million of "
                          "throughput_unit's items (images, volumes, tokens)"),
-    ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes)"),
+    ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes) "
+                    "and what bound it, not a disturbance (host-bound, power-capped)"),
 ]
 
 

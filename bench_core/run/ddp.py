@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from bench_core.measure import telemetry
 from bench_core.run.timing import Window
 
 FAULT_ENV = "BENCH_FAULT_INJECT"
@@ -104,6 +105,24 @@ def slowest(window: Window) -> Window:
         replicas.after.append([item[3] for item in gathered])
     seconds, step_s, inner_s, _, host_seconds = max(gathered, key=lambda item: item[0])
     return Window(seconds=seconds, step_s=step_s, inner_s=inner_s, host_seconds=host_seconds)
+
+
+def memory_over_ranks(stats: dict) -> dict:
+    """Peak memory of the row: the largest over ranks (the device that runs out first), not the writer's."""
+    if context().world_size == 1:
+        return stats
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, stats)
+    return {key: max((g[key] for g in gathered if g.get(key) is not None), default=None) for key in stats}
+
+
+def telemetry_over_ranks(columns: dict) -> dict:
+    """Telemetry of every rank's device combined (sums of energy, worst flags), not only rank 0's."""
+    if context().world_size == 1:
+        return columns
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, columns)
+    return telemetry.combine_ranks(gathered)
 
 
 def least_over_ranks(value: int) -> int:

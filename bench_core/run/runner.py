@@ -19,7 +19,7 @@ from bench_core.devices import Backend, numerics_state, resolve_device, restore_
 from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
-from bench_core.run import comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
+from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -76,6 +76,7 @@ def _run_here(cfg: BenchConfig, progress: Progress | None) -> list[dict]:
                     return [session.failure]
         rows = session.rows
         noise.flag_unstable_repeats(rows)
+        busy.record(session.step, session.backend, rows)  # after every window: how busy the GPU was (host-bound)
         if cfg.mode == "train" and session.ctx.world_size > 1:  # every rank profiles the step: it holds collectives
             comm_overlap.record(session.step, session.backend, rows)
         if cfg.profile:
@@ -251,7 +252,7 @@ class Session:
                **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),
                **(generation_columns(window, self.run["global_batch_size"], cfg.prompt_len, cfg.new_tokens)
                   if cfg.mode == "generate" else {}),
-               **_all_ranks_memory(backend.memory_stats(), ctx), **_all_ranks_telemetry(sampler.columns(), ctx),
+               **ddp.memory_over_ranks(backend.memory_stats()), **ddp.telemetry_over_ranks(sampler.columns()),
                **_finiteness(cfg, self.last[0])}
         row["status"] = "ok" if row["loss_finite"] else "nan"
         row["message"] = None if row["loss_finite"] else \
@@ -277,24 +278,6 @@ class Session:
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = failure_row(self.run, status, error_message(exc))
             return None
-
-
-def _all_ranks_memory(stats: dict, ctx) -> dict:
-    """Peak memory of the row: the largest over ranks (the device that runs out first), not the writer's."""
-    if ctx.world_size == 1:
-        return stats
-    gathered: list = [None] * ctx.world_size
-    torch.distributed.all_gather_object(gathered, stats)
-    return {key: max((g[key] for g in gathered if g.get(key) is not None), default=None) for key in stats}
-
-
-def _all_ranks_telemetry(columns: dict, ctx) -> dict:
-    """Telemetry of every rank's device combined (sums of energy, worst flags), not only rank 0's."""
-    if ctx.world_size == 1:
-        return columns
-    gathered: list = [None] * ctx.world_size
-    torch.distributed.all_gather_object(gathered, columns)
-    return telemetry.combine_ranks(gathered)
 
 
 def _make_step(cfg, model, workload, precision: Precision, device):

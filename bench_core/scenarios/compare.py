@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
 from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
+from bench_core.results.bound import comparison_note
 from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import CONFIDENCE, DISTURBED, compare_paired, geometric_mean
 from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
+from bench_core.run import busy
 from bench_core.run.runner import Progress, Session
 
 # Keys that make no sense per variant in one interleaved process.
@@ -187,6 +189,8 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
             result.samples_per_s_b.append(b)
             say(f"compare: round {round_index + 1}/{rounds} ({order}): A {a:.4g}, B {b:.4g} samples/s, B/A {b / a:.3f}"
                 + (f" [disturbed: {flags}]" if flags else ""))
+        for name, session in sessions.items():  # after every round: how busy the GPU was (host-bound)
+            busy.record(session.step, session.backend, rows[name])
     finally:
         for session in sessions.values():
             session.close()
@@ -210,7 +214,9 @@ def judge(result: Comparison) -> None:
     estimate = compare_paired(result.samples_per_s_a, result.samples_per_s_b, disturbed=result.disturbed,
                               min_effect=result.tolerance)
     result.ratio, result.ci_low, result.ci_high = estimate.ratio, estimate.low, estimate.high
-    result.verdict, result.reason = estimate.verdict, estimate.reason
+    # Host-bound rounds are judged (a re-measure gives the same), and the verdict says what it compared.
+    hosts = comparison_note([(f"A ({result.label_a})", result.rows_a), (f"B ({result.label_b})", result.rows_b)])
+    result.verdict, result.reason = estimate.verdict, "; ".join(r for r in (estimate.reason, hosts) if r)
 
 
 def own_memory(row: dict, other_held: int | None, one_device: bool) -> None:

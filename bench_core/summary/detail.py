@@ -183,9 +183,13 @@ def show_efficiency(res: Results) -> None:
     else:
         kinds = pd.Series([part.split("(")[0].strip() for flags in flagged["noise_flags"]
                            for part in str(flags).split(";") if part.strip()]).value_counts()
-        paragraph(f"Noise flags: {len(flagged)} of {len(res.ok)} successful rows may have been disturbed ("
+        bound = [name for name in ("host-bound", "power-capped") if name in kinds]
+        paragraph(f"Noise flags: {len(flagged)} of {len(res.ok)} successful rows are flagged ("
                   + ", ".join(f"{name}: {n}" for name, n in kinds.items())
-                  + "); they are kept in every figure above, never dropped.")
+                  + "); they are kept in every figure above, never dropped."
+                  + (f" {' and '.join(bound)} say what bound a row (the host, the GPU's power cap), not that it was "
+                     "disturbed: a re-measure gives the same, and such rows are judged in every comparison."
+                     if bound else ""))
         show_html(f"<details><summary>The {len(flagged)} flagged rows</summary>"
                   + datatable_html(flagged, columns_for(res, {"machine": "machine", "config": "configuration", "repeat": "repeat",
                                          "noise_flags": "flags", "step_time_cv": "step-time CV"}))

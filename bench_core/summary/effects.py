@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench_core.results.bound import comparison_note
 from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import DISTURBED, compare_rows
 from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
@@ -67,6 +68,10 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
                 verdict, text = WRONG_RESULTS, f"{WRONG_RESULTS} ({' and '.join(wrong)}): no speed verdict"
             elif outputs:
                 text = f"{text}; {outputs}"
+            # Host-bound sides: the ratio is the host's (across machines: it compares the hosts, not the GPUs).
+            hosts = comparison_note([("baseline", base.to_dict("records")), ("variant", candidate.to_dict("records"))],
+                                    across_machines=column == "machine")
+            text = f"{text}; {hosts}" if hosts else text
             out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base[value].median()),
                         float(candidate[value].median()), ratio, low, high, verdict, c.reason,
                         c.n_baseline, c.n_candidate, text, unit, outputs])

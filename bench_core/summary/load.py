@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
+from bench_core.measure.noise import current_flags
 from bench_core.results.rows import (  # noqa: F401 - WORKLOAD and machine_label re-exported
     WORKLOAD,
     error_message,
@@ -39,7 +40,7 @@ NUMERIC = [
     "num_tables", "rows_per_table", "embedding_dim", "indices_per_lookup", "zipf_exponent", "embedding_table_bytes",
     "embedding_bytes_per_s",
     "latent_size", "denoise_steps", "audio_frames", "denoise_steps_per_s", "images_per_s", "audio_s_per_s",
-    "output_cosine", "output_rel_error", "loss_rel_error",
+    "output_cosine", "output_rel_error", "loss_rel_error", "gpu_busy", "power_limit_w",
 ]
 
 
@@ -200,6 +201,8 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     rows["precision"] = rows["precision"].where(~emulated | rows["precision"].isna(),
                                                 rows["precision"].astype(str) + EMULATED_SUFFIX)
     fill_units(rows)
+    # Flags under today's rules: an older row's power cap and host-bound step said as a new row says them.
+    rows["noise_flags"] = [current_flags(r) for r in rows.to_dict("records")]
     rows["machine"] = [machine_label(r) for r in rows.to_dict("records")]
     rows["config"] = [config_label(r) for r in rows.to_dict("records")]
     return rows

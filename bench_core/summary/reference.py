@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core.predict.specs import spec_for_device
+from bench_core.results.bound import comparison_note
 from bench_core.results.comparison import (
     CONFIDENCE,
     MIN_EFFECT,
@@ -114,6 +115,8 @@ def reference_matches(res: Results) -> pd.DataFrame:
                     and gpu_matches(ours["device_name"], r["gpu_match"])):
                 values = group[r["metric"]].dropna()
                 c = published_comparison(values, r["value"], r["value_std"], higher_better=r["metric"] != "s_per_iter")
+                # ours host-bound: the same GPU on another machine, so the ratio compares the hosts
+                hosts = comparison_note([("ours", group.to_dict("records"))], across_machines=True)
                 out.append({"machine": ours["machine"], "model": ours["model"], "mode": ours["mode"],
                             "precision": ours["precision"], "input_shape": ours["input_shape"],
                             "devices": ours["world_size"], "batch_size": ours["batch_size"],
@@ -124,7 +127,8 @@ def reference_matches(res: Results) -> pd.DataFrame:
                             "published_precision": r["precision"], "published_batch_size": r["batch_size"],
                             "published": r["value"], "published_std": r["value_std"], "unit": r["unit"],
                             "ours_vs_published": c["ratio"], "low": c["low"], "high": c["high"],
-                            "verdict": c["verdict"], "comparison": c["text"], "note": r["note"],
+                            "verdict": c["verdict"], "comparison": "; ".join(t for t in (c["text"], hosts) if t),
+                            "note": r["note"],
                             "url_or_citation": r["url_or_citation"]})
     return pd.DataFrame(out)
 
