@@ -8,7 +8,7 @@ import pytest
 
 from bench_core.cli import main as bench
 from bench_core.measure.peaks import PEAK_QUANTITIES, gpu_spec_table
-from bench_core.predict import published
+from bench_core.predict import published, tables
 from bench_core.predict import measured
 from bench_core.predict.measured import predict_dir
 from bench_core.predict import model
@@ -71,9 +71,9 @@ def test_a_gpu_predicted_from_itself_is_what_was_measured_and_more_gpus_scale_be
 
 def test_the_error_table_the_docs_state_is_the_one_the_data_gives():
     """A change to the model or the data that moves the error shows here: regenerate the block with
-    `python -m bench_core.predict.published --write` and say why in the commit."""
+    `python -m bench_core.predict.tables --write` and say why in the commit."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "prediction.md").read_text()
-    assert published.doc_block(doc) == published.markdown().strip()
+    assert tables.doc_block(doc) == tables.markdown().strip()
 
 
 def test_every_pair_is_predicted_both_ways_and_scaling_pairs_are_close():

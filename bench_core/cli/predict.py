@@ -10,7 +10,8 @@ from bench_core.cli.common import text_table
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
-from bench_core.predict.published import ablations, error_table, fmt_pct, predictions
+from bench_core.predict.published import ablations, error_table, predictions
+from bench_core.predict.tables import fmt_pct
 from bench_core.predict.specs import predictable_names, spec
 
 

@@ -1,6 +1,6 @@
 """The model against every published pair: two published figures of one workload, from one run group
 (same source, same software), on two GPUs or on N GPUs against fewer. Each member is predicted
-from the other; the error table is what docs/prediction.md states and tests/test_predict.py checks.
+from the other; bench_core/predict/tables.py writes the error table docs/prediction.md states.
 
 The rows are bench_core/data/reference.csv (the report's published figures; `spec_gpu` names the
 spec sheet, `network_gbps` the link between nodes, `run_group` what was measured together); what a
@@ -12,12 +12,8 @@ import csv
 import functools
 import importlib.resources
 import itertools
-import math
 import statistics
-import sys
-from pathlib import Path
 
-from bench_core.files import atomic_write_text
 from bench_core.predict.groups import GROUPS, group_of
 from bench_core.predict.model import TERMS, Profile, Setup, floor_share, predict, relative_error, without
 from bench_core.predict.specs import Spec, math_class, specs
@@ -178,45 +174,3 @@ def ablations() -> list[dict]:
         out.append({"model": name, **{k: total[k] for k in ("pairs", "median_abs_error", "worst_abs_error",
                                                             "worst_factor", "within_15pct")}})
     return out
-
-
-def fmt_pct(x: float) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
-
-
-# docs/prediction.md holds the tables below between these markers; tests/test_predict.py checks
-# them against the data, and `python -m bench_core.predict.published --write` rewrites them.
-DOC_START, DOC_END = "<!-- error-table:start (generated) -->", "<!-- error-table:end -->"
-
-
-def markdown() -> str:
-    """The error table and the term ablation as markdown, as docs/prediction.md states them."""
-    lines = ["| workload or group | pairs | median abs. error | worst abs. error | worst factor | within 15 % | worst pair |",
-             "|---|---:|---:|---:|---:|---:|---|"]
-    for r in error_table():
-        lines.append(f"| {r['group']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
-                     f"{fmt_pct(r['worst_abs_error'])} | {r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} | "
-                     f"{r['worst_pair']} |")
-    lines += ["", "| model | pairs | median abs. error | worst abs. error | worst factor | within 15 % |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in ablations():
-        lines.append(f"| {r['model']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
-                     f"{fmt_pct(r['worst_abs_error'])} | {r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} |")
-    return "\n".join(lines)
-
-
-def doc_block(text: str) -> str | None:
-    """The generated block of a docs/prediction.md text, or None when its markers are missing."""
-    if DOC_START not in text or DOC_END not in text:
-        return None
-    return text[text.index(DOC_START) + len(DOC_START):text.index(DOC_END)].strip()
-
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"
-
-if __name__ == "__main__":  # python -m bench_core.predict.published [--write]
-    if sys.argv[1:] == ["--write"]:
-        text = DOC.read_text()
-        start, end = text.index(DOC_START) + len(DOC_START), text.index(DOC_END)
-        atomic_write_text(DOC, text[:start] + "\n" + markdown() + "\n" + text[end:])
-    print(markdown())
