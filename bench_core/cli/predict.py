@@ -10,9 +10,9 @@ from bench_core.cli.common import text_table
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
-from bench_core.predict.published import ablations, error_table, predictions
-from bench_core.predict.tables import fmt_pct
+from bench_core.predict.published import COVERAGE, QUANTILES, ablations, error_table, predictions
 from bench_core.predict.specs import predictable_names, spec
+from bench_core.predict.tables import fmt_pct, interval_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,13 +60,15 @@ def main(args: argparse.Namespace) -> int:
             return EXIT_OK
         print("Held-out error on published pairs (each member predicted from the other; nothing fitted):")
         print(text_table([{"group": r["group"], "pairs": r["pairs"], "median |error|": fmt_pct(r["median_abs_error"]),
-                           "worst |error|": fmt_pct(r["worst_abs_error"]), "worst factor": f"{r['worst_factor']:.2f}x",
-                           "within 15%": fmt_pct(r["within_15pct"]), "worst pair": r["worst_pair"]} for r in rows],
-                         prose=("worst pair",)))
-        print("\nThe band each group of predictions carries (bench predict --from DIR):")
-        print(text_table([{"group": group, "pairs": measured[1] if measured else 0,
-                           "band": band_text(group, measured)} for group, measured in bands().items()],
-                         prose=("band",)))
+                           f"{COVERAGE * 100:.0f} % interval": interval_of(r),
+                           "worst factor": f"{r['worst_factor']:.2f}x", "within 15%": fmt_pct(r["within_15pct"]),
+                           "worst pair": r["worst_pair"]} for r in rows], prose=("worst pair",)))
+        print(f"{COVERAGE * 100:.0f} % interval: measured / predicted from its {QUANTILES[0] * 100:.0f}th to its "
+              f"{QUANTILES[1] * 100:.0f}th percentile, the range that holds {COVERAGE * 100:.0f} % of the pairs")
+        print("\nThe interval each group of predictions carries (bench predict --from DIR):")
+        print(text_table([{"group": group, "pairs": band.pairs if band else 0,
+                           "interval": band_text(group, band)} for group, band in bands().items()],
+                         prose=("interval",)))
         print(f"\nWhat each term is worth (terms: {', '.join(TERMS)}):")
         print(text_table([{"model": r["model"], "median |error|": fmt_pct(r["median_abs_error"]),
                            "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"])}
@@ -91,8 +93,18 @@ def main(args: argparse.Namespace) -> int:
                        "measured on": r["measured_on"], "measured": f"{r['measured']:.4g} {r['sample_unit']}",
                        "GPU": r["gpu"],
                        "predicted": f"{'at most ' if r['kind'] == 'bound' else ''}{r['predicted']:.4g} {r['sample_unit']}",
-                       "band": r["band_text"], "binds": r["binds"] + (f"; {r['disturbed']}" if r["disturbed"] else "")}
-                      for r in rows], prose=("band", "binds")))
+                       "x measured": f"{r['ratio']:.2f}x" if r["ratio"] else "",
+                       f"{COVERAGE * 100:.0f} % interval": interval_text(r),
+                       "binds": r["binds"] + (f"; {r['disturbed']}" if r["disturbed"] else "")}
+                      for r in rows], prose=("binds",)))
+    print(f"\n{COVERAGE * 100:.0f} % interval, per group of predictions (bench predict --error-table):")
+    for text in dict.fromkeys(r["band_text"] for r in rows):
+        print(f"  {text}")
+    beside = dict.fromkeys(r["published_pair"] for r in rows if r["published_pair"])
+    if beside:
+        print("published pairs of the same two GPUs (the model's error on them is the one to expect here):")
+        for text in beside:
+            print(f"  {text}")
     if any(r["kind"] == "bound" for r in rows):
         print("\nat most: measured on a CPU, so the GPU's roofline bound for the FLOPs and bytes the run counted "
               "(no efficiency carried over), capped by the launch floor where the host binds.")
@@ -101,3 +113,15 @@ def main(args: argparse.Namespace) -> int:
               f"{FLOOR_SOURCE}: no GPU runs this eager step faster (a compiled step, with fused kernels or CUDA "
               f"graphs, gets no floor).")
     return EXIT_OK
+
+
+def interval_text(row: dict) -> str:
+    """The prediction's interval in its unit, or why it has none (its group's line below says more)."""
+    if row["low"] is not None:
+        return f"{figure(row['low'])}-{figure(row['high'])}"
+    return "none (a bound)" if row["kind"] == "bound" else "none (unvalidated)"
+
+
+def figure(value: float) -> str:
+    """A rate as people read it: whole numbers with separators from 100 up, three figures below."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"

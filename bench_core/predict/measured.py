@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench_core.errors import ConfigError
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
 from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
-from bench_core.predict.published import error_table
+from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_between
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.disturbed import RE_MEASURE, disturbances
 from bench_core.results.rows import WORKLOAD
@@ -99,22 +100,45 @@ def group_of(conf: dict, src: Setup | None = None) -> str:
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
 
 
-def bands() -> dict[str, tuple[float, int, float] | None]:
-    """Each group's band, the pairs behind it and the worst factor among them: the median |error| of the
-    published pairs of that group, or None where no pair was measured (the band would be a guess). A CPU
-    source has none: it gives a bound, not a prediction."""
+@dataclass(frozen=True)
+class Band:
+    """What a group's published pairs say of a prediction: measured / predicted lay within [low, high] on
+    COVERAGE of them (published.interval); with the median |error| and the worst factor beside."""
+    low: float
+    high: float
+    pairs: int
+    median_abs_error: float
+    worst_factor: float
+
+
+def bands() -> dict[str, Band | None]:
+    """Each group's interval from its published pairs, or None where no pair was measured (it would be a
+    guess). A CPU source has none: it gives a bound, not a prediction."""
     table = {r["group"]: r for r in error_table()}
-    return {g: (table[g]["median_abs_error"], table[g]["pairs"], table[g]["worst_factor"])
+    return {g: Band(table[g]["interval_low"], table[g]["interval_high"], table[g]["pairs"],
+                    table[g]["median_abs_error"], table[g]["worst_factor"])
             if g in table and g != CPU_SOURCE else None for g in GROUPS}
 
 
-def band_text(group: str, measured: tuple[float, int, float] | None) -> str:
+def band_text(group: str, band: Band | None) -> str:
     if group == CPU_SOURCE:
         return "none: a roofline bound (a CPU run's efficiency says nothing of a GPU's)"
-    if measured is None:
+    if band is None:
         return f"none: unvalidated ({group}: no measured pair)"
-    error, pairs, worst = measured
-    return f"±{error:.0%} ({group}: median error of {pairs} published pairs, the worst off by {worst:.1f}x)"
+    return (f"{band.low:.2f}x-{band.high:.2f}x the prediction ({group}: {COVERAGE * 100:.0f} % of its {band.pairs} "
+            f"published pairs measured within it, the {QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th percentile "
+            f"of measured / predicted; median error {band.median_abs_error * 100:.0f} %, the worst off by "
+            f"{band.worst_factor:.1f}x)")
+
+
+def pair_text(pair: dict | None) -> str | None:
+    """A published pair of the same two GPUs, beside a prediction: its ratio, the model's, and its error."""
+    if pair is None:
+        return None
+    workload = f"{pair['source']} {pair['model']} {pair['mode']} {pair['precision']} (as {pair['math_to']})"
+    return (f"{workload}: {pair['gpu_to']} / {pair['gpu_from']} published "
+            f"{pair['actual'] / pair['measured_from']:.2f}x, the model {pair['predicted'] / pair['measured_from']:.2f}x "
+            f"(error {pair['error'] * 100:+.0f} %)")
 
 
 def refusal(conf: dict) -> str | None:
@@ -164,15 +188,19 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
             else:
                 p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
                 value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-            error = measured[0] if measured else None
+            pair = None if bound else pair_between(src.gpu.gpu, spec.gpu, (src.gpus, devices), conf["model"],
+                                                    conf["mode"], dst.math, conf["batch_size"])
             rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                          "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
                          "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
                          else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
                          "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
-                         "group": group, "band": error,
+                         "group": group, "coverage": COVERAGE if measured else None,
                          "band_text": UNCOUNTED if uncounted else band_text(group, measured),
-                         "low": value * (1 - error) if error else None, "high": value * (1 + error) if error else None,
+                         "low": value * measured.low if measured else None,
+                         "high": value * measured.high if measured else None,
+                         "ratio": None if bound else value / conf["samples_per_s"],
+                         "published_pair": pair_text(pair), "published_pair_error": pair["error"] if pair else None,
                          "binds": binds, "efficiency": efficiency, "math": dst.math,
                          "sample_unit": conf.get("sample_unit") or "samples/s",
                          "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"

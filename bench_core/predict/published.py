@@ -12,6 +12,7 @@ import csv
 import functools
 import importlib.resources
 import itertools
+import math
 import statistics
 
 from bench_core.predict.groups import GROUPS, group_of
@@ -111,7 +112,8 @@ def pair_kind(a: dict, b: dict) -> str:
     return SCALING if a["spec"].gpu == b["spec"].gpu else GPU_TO_GPU
 
 
-def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
+@functools.cache
+def predictions(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
     """One row per ordered pair: what was predicted from what, the prediction, the error."""
     rows = published_rows()
     out = []
@@ -131,25 +133,66 @@ def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
                     "batch": src.batch,
                     "from": f"{a['gpus']}x {a['spec'].gpu} ({src.math})", "to": f"{b['gpus']}x {b['spec'].gpu} ({dst.math})",
                     "measured_from": a["value"], "actual": b["value"], "predicted": p.value,
-                    "error": relative_error(p.value, b["value"]), "binds": p.target.binds, "source": a["source"]})
-    return out
+                    "error": relative_error(p.value, b["value"]), "binds": p.target.binds, "source": a["source"],
+                    "mode": a["mode"], "gpu_from": a["spec"].gpu, "gpu_to": b["spec"].gpu, "gpus_from": a["gpus"],
+                    "gpus_to": b["gpus"], "math_from": src.math, "math_to": dst.math})
+    return tuple(out)
 
 
-def summarize(rows: list[dict], by: str | None) -> list[dict]:
-    """Median and worst |error| (and the worst factor off), per value of `by` and over all."""
+# The interval a prediction carries: the range of measured / predicted that holds COVERAGE of its group's
+# pairs, from the QUANTILES[0] to the QUANTILES[1] quantile (asymmetric where the errors are). A median
+# |error| read as a band held for only half of its pairs (51 % of GPU-to-GPU training's).
+COVERAGE = 0.8
+QUANTILES = (0.1, 0.9)
+
+
+def interval(ratios: list[float]) -> tuple[float, float]:
+    """The QUANTILES of measured / predicted, each taken at the pair at or beyond it (rounded outward, no
+    interpolation), so the interval holds at least COVERAGE of the pairs, its ends among them."""
+    ordered = sorted(ratios)
+    last = len(ordered) - 1
+    return ordered[math.floor(QUANTILES[0] * last)], ordered[math.ceil(QUANTILES[1] * last)]
+
+
+# Math classes that run at one width: a bf16 prediction is nearest a published fp16 pair, tf32 an fp32 one.
+WIDTH = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8}
+
+
+def pair_between(gpu_from: str, gpu_to: str, gpus: tuple[int, int], model: str, mode: str, cls: str,
+                 batch: float | None = None) -> dict | None:
+    """The published pair (the full model's prediction of it) nearest to a prediction from `gpu_from` to
+    `gpu_to` at these GPU counts in this mode: of the same math class `cls` if there is one, else of the same
+    width (fp16 for bf16); then of the same model; among equals, the nearest batch. None where the two GPUs
+    were never published together in this mode."""
+    found = [r for r in predictions() if (r["kind"], r["gpu_from"], r["gpu_to"], r["gpus_from"], r["gpus_to"], r["mode"])
+             == (GPU_TO_GPU, gpu_from, gpu_to, *gpus, mode)]
+
+    def distance(r: dict) -> tuple:
+        far = abs(math.log(r["batch"] / batch)) if r["batch"] and batch else math.inf
+        return r["math_to"] != cls, WIDTH.get(r["math_to"]) != WIDTH.get(cls), r["model"] != model, far
+    return min(found, key=distance, default=None)
+
+
+def summarize(rows, by: str | None) -> list[dict]:
+    """Median and worst |error| (and the worst factor off), the COVERAGE interval of measured / predicted
+    and the share of the pairs inside it, per value of `by` and over all."""
     groups = {}
     for r in rows:
         groups.setdefault(r[by] if by else "all pairs", []).append(r)
     if by:
-        groups["all pairs"] = rows
+        groups["all pairs"] = list(rows)
     out = []
     for name, group in groups.items():
         errors = [abs(r["error"]) for r in group]
         factors = [max(r["predicted"] / r["actual"], r["actual"] / r["predicted"]) for r in group]
         worst = max(group, key=lambda r: abs(r["error"]))
+        ratios = [r["actual"] / r["predicted"] for r in group]
+        low, high = interval(ratios)
         out.append({"group": name, "pairs": len(group), "median_abs_error": statistics.median(errors),
                     "worst_abs_error": max(errors), "worst_factor": max(factors),
                     "within_15pct": sum(e <= 0.15 for e in errors) / len(errors),
+                    "interval_low": low, "interval_high": high,
+                    "inside_interval": sum(low <= x <= high for x in ratios) / len(ratios),
                     "worst_pair": f"{worst['from']} -> {worst['to']} ({worst['precision']})"})
     return out
 
@@ -172,5 +215,6 @@ def ablations() -> list[dict]:
     for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS]:
         total = summarize(predictions(terms), None)[0]
         out.append({"model": name, **{k: total[k] for k in ("pairs", "median_abs_error", "worst_abs_error",
-                                                            "worst_factor", "within_15pct")}})
+                                                            "worst_factor", "within_15pct", "interval_low",
+                                                            "interval_high")}})
     return out
