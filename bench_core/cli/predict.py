@@ -12,7 +12,7 @@ from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
 from bench_core.predict.published import COVERAGE, QUANTILES, ablations, error_table, predictions
 from bench_core.predict.specs import predictable_names, spec
-from bench_core.predict.tables import fmt_pct, interval_of
+from bench_core.predict.tables import fmt_pct, groups_help, interval_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,13 +20,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 FLOP ops and all other ops move (counted in the measured run, nothing fused), P the GPU's dense
 peak for the precision and W its memory bandwidth (bench_core/data/gpu_peaks.csv, each figure
 with its datasheet). The efficiency the measured device reached against its own t is carried to
-the target; N GPUs add a ring all-reduce of the gradients over the GPU's link. 'binds' says which
-ceiling dominates. A band is shown only where pairs of the prediction's group were measured: GPU
-to GPU in training at batch 32 or more has the published pairs' median error (`bench predict
---error-table`); inference, LLM training and small batches have no measured pair, so they say
-"unvalidated" and show none. From a CPU run the figure is the GPU's roofline bound ("at most"):
-a CPU's efficiency against its own peak says nothing of a GPU's. A row in a precision its device
-only emulates is not predicted from; a disturbed row's predictions say "re-measure".
+the target; N GPUs add a ring all-reduce of the gradients over the GPU's link; a small step (the
+host's time) is carried over as it was measured. 'binds' says which ceiling dominates.
+Each prediction carries the interval that holds {COVERAGE * 100:.0f} % of the published pairs of its group
+(the {QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th percentile of measured / predicted; `bench predict --error-table`), and,
+where the two GPUs were published together, that pair and the model's error on it. The groups, by
+the same rule for our rows and the published pairs (docs/prediction.md states the same):
+{groups_help()}
+From a CPU run the figure is the GPU's roofline bound ("at most"): a CPU's efficiency against its
+own peak says nothing of a GPU's, and the bound uses the run's counts, not its timing. A source that
+ran above its own roofline (efficiency over 100 %: its counts hold more than the GPU did) is carried
+over as measured, said so, with no interval. A row in a precision its device only emulates is not
+predicted from; a prediction from a disturbed GPU row says "re-measure".
 GPUs that can be predicted: {', '.join(predictable_names())}.
 examples:
   bench run --model resnet18 --width 32 --height 32 --steps 2 --out outputs/cpu
@@ -95,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
                        "predicted": f"{'at most ' if r['kind'] == 'bound' else ''}{r['predicted']:.4g} {r['sample_unit']}",
                        "x measured": f"{r['ratio']:.2f}x" if r["ratio"] else "",
                        f"{COVERAGE * 100:.0f} % interval": interval_text(r),
-                       "binds": r["binds"] + (f"; {r['disturbed']}" if r["disturbed"] else "")}
+                       "binds": "; ".join(t for t in (r["binds"], r["above_roofline"], r["disturbed"]) if t)}
                       for r in rows], prose=("binds",)))
     print(f"\n{COVERAGE * 100:.0f} % interval, per group of predictions (bench predict --error-table):")
     for text in dict.fromkeys(r["band_text"] for r in rows):
@@ -119,7 +124,9 @@ def interval_text(row: dict) -> str:
     """The prediction's interval in its unit, or why it has none (its group's line below says more)."""
     if row["low"] is not None:
         return f"{figure(row['low'])}-{figure(row['high'])}"
-    return "none (a bound)" if row["kind"] == "bound" else "none (unvalidated)"
+    if row["kind"] == "bound":
+        return "none (a bound)"
+    return "none (above its roofline)" if row["above_roofline"] else "none (unvalidated)"
 
 
 def figure(value: float) -> str:

@@ -156,59 +156,84 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
                 terms: tuple[str, ...] = TERMS) -> tuple[list[dict], list[str]]:
     """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped."""
     rows, notes = [], []
-    measured_bands = bands()
     for conf in configurations(ok_rows(result_dir)):
-        size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
-        label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
-                 f"{conf.get('device_name') or 'a device the row does not name'}")
-        why = refusal(conf)
-        missing = [k for k in NEEDED if not conf.get(k)]
-        if why or missing:
-            notes.append(f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted")
-            continue
-        bound = group_of(conf) == CPU_SOURCE
-        try:  # a bound needs no source device: only the counts and the target's ceilings
-            src = None if bound else source_setup(conf)
-        except ConfigError as exc:
-            notes.append(f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted")
-            continue
-        group = group_of(conf, src)
-        # A small batch whose ops were not counted (rows older than ops_per_step) is predicted without the
-        # host-bound term, and the group's band measures the model with it: no band fits.
-        uncounted = group == SMALL_BATCH and not eager_ops(conf)
-        measured = None if uncounted else measured_bands[group]
-        for spec in gpus:
-            dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
-            if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
-                t = times(profile_of(conf), dst, terms)
-                value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
-                floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
-                if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
-                    value, binds = floor
-            else:
-                p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
-                value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-            pair = None if bound else pair_between(src.gpu.gpu, spec.gpu, (src.gpus, devices), conf["model"],
-                                                    conf["mode"], dst.math, conf["batch_size"])
-            rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
-                         "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
-                         "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
-                         else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
-                         "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
-                         "group": group, "coverage": COVERAGE if measured else None,
-                         "band_text": UNCOUNTED if uncounted else band_text(group, measured),
-                         "low": value * measured.low if measured else None,
-                         "high": value * measured.high if measured else None,
-                         "ratio": None if bound else value / conf["samples_per_s"],
-                         "published_pair": pair_text(pair), "published_pair_error": pair["error"] if pair else None,
-                         "binds": binds, "efficiency": efficiency, "math": dst.math,
-                         "sample_unit": conf.get("sample_unit") or "samples/s",
-                         "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
-                                       if disturbances(conf.get("noise_flags")) else None),
-                         "note": note})
+        found, note = predict_conf(conf, gpus, devices, terms)
+        rows += found
+        notes += [note] if note else []
     return rows, notes
 
 
+def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1,
+                 terms: tuple[str, ...] = TERMS) -> tuple[list[dict], str | None]:
+    """One configuration (configurations()) predicted on each GPU, or a note on why it is not."""
+    size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
+    label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
+             f"{conf.get('device_name') or 'a device the row does not name'}")
+    why = refusal(conf)
+    missing = [k for k in NEEDED if not conf.get(k)]
+    if why or missing:
+        return [], f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted"
+    bound = group_of(conf) == CPU_SOURCE
+    try:  # a bound needs no source device: only the counts and the target's ceilings
+        src = None if bound else source_setup(conf)
+    except ConfigError as exc:
+        return [], f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted"
+    group = group_of(conf, src)
+    # A small batch whose ops were not counted (rows older than ops_per_step) is predicted without the
+    # host-bound term, and the group's interval measures the model with it: no interval fits.
+    uncounted = group == SMALL_BATCH and not eager_ops(conf)
+    group_band, rows = bands()[group], []
+    for spec in gpus:
+        dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
+        if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
+            t = times(profile_of(conf), dst, terms)
+            value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
+            floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
+            if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
+                value, binds = floor
+        else:
+            p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms)
+            value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
+        above = above_roofline(efficiency, src, dst, roofline(times(profile_of(conf), dst, terms), dst))
+        band = None if uncounted or above else group_band
+        band_said = UNCOUNTED if uncounted else ABOVE_BAND if above else band_text(group, band)
+        pair = None if bound else pair_between(src.gpu.gpu, spec.gpu, (src.gpus, devices), conf["model"],
+                                                conf["mode"], dst.math, conf["batch_size"])
+        rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
+                     "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
+                     "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
+                     else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
+                     "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
+                     "group": group, "coverage": COVERAGE if band else None, "band_text": band_said,
+                     "low": value * band.low if band else None, "high": value * band.high if band else None,
+                     "ratio": None if bound else value / conf["samples_per_s"],
+                     "published_pair": pair_text(pair), "published_pair_error": pair["error"] if pair else None,
+                     "binds": binds, "efficiency": efficiency, "above_roofline": above, "math": dst.math,
+                     "sample_unit": conf.get("sample_unit") or "samples/s",
+                     # A bound uses the run's counts, never its timing: a disturbed CPU run bounds a GPU as well.
+                     "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
+                                   if disturbances(conf.get("noise_flags")) and not bound else None),
+                     "note": note})
+    return rows, None
+
+
+def above_roofline(efficiency: float | None, src: Setup | None, dst: Setup, target_roofline: float) -> str | None:
+    """What a measured efficiency above 1 says, or None: the source ran faster than its roofline for the
+    counted FLOPs and bytes, so the count holds more than the GPU did (the byte count takes every byte
+    from memory: data a step reuses from cache is counted again; or the row was counted by an older
+    counter). The efficiency is carried over as measured, so the prediction keeps the two GPUs' ratio of
+    ceilings and stands above the target's roofline for the same counts; it gets no interval (its
+    group's pairs were counted right)."""
+    if efficiency is None or efficiency <= 1:
+        return None
+    return (f"efficiency {efficiency:.1%} on {src.gpu.gpu}: faster than notebook-bench's roofline for the counted "
+            f"FLOPs and bytes, so the count holds more than the GPU moved (data reused from cache, which the count "
+            f"leaves out, or a count by an older version: re-measure to recount); carried over as measured, the "
+            f"prediction stands above {dst.gpu.gpu}'s roofline for these counts ({target_roofline:.4g}/s)")
+
+
+ABOVE_BAND = ("none: its source ran above its own roofline (efficiency above 100 %), so its counts are not like those "
+              "of the pairs an interval comes from")
 UNCOUNTED = ("none: unvalidated (small batches: no count of an eager step's kernels (a compiled step, or a run from "
              "before bench counted them), so the host-bound term its group's pairs were measured with cannot apply)")
 BOUND_NOTE = ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no efficiency carried over "

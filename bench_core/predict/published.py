@@ -209,6 +209,16 @@ def error_table(terms: tuple[str, ...] = TERMS) -> list[dict]:
             + sorted(by_group, key=lambda r: order.get(r["group"], len(order))))
 
 
+def group_sources() -> dict[str, str]:
+    """Per group, the published workloads whose pairs it holds (source, model, mode: pairs), from the data."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in predictions():
+        name = f"{r['source']} {r['model']} {r['mode']}"
+        counts.setdefault(r["group"], {}).setdefault(name, 0)
+        counts[r["group"]][name] += 1
+    return {g: ", ".join(f"{name} ({n})" for name, n in sorted(c.items())) for g, c in counts.items()}
+
+
 def ablations() -> list[dict]:
     """The overall median and worst error of the full model and of the model without each term."""
     out = []

@@ -9,16 +9,12 @@ import sys
 from pathlib import Path
 
 from bench_core.files import atomic_write_text
-from bench_core.predict.published import COVERAGE, ablations, error_table
+from bench_core.predict.groups import CPU_SOURCE, GROUPS, RULES
+from bench_core.predict.published import COVERAGE, ablations, error_table, group_sources
 
 
 def fmt_pct(x: float) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
-
-
-# docs/prediction.md holds the tables below between these markers; tests/test_predict.py checks
-# them against the data, and `python -m bench_core.predict.tables --write` rewrites them.
-DOC_START, DOC_END = "<!-- error-table:start (generated) -->", "<!-- error-table:end -->"
 
 
 def interval_of(row: dict) -> str:
@@ -42,18 +38,59 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-def doc_block(text: str) -> str | None:
-    """The generated block of a docs/prediction.md text, or None when its markers are missing."""
-    if DOC_START not in text or DOC_END not in text:
+def groups_markdown() -> str:
+    """What puts a prediction in each group, the published pairs behind the group's interval (from the
+    data) and the interval: docs/prediction.md's table and, as lines, `bench predict --help`."""
+    table, sources = {r["group"]: r for r in error_table()}, group_sources()
+    lines = [f"| group | what | pairs behind its interval | {COVERAGE * 100:.0f} % interval (measured / predicted) |",
+             "| --- | --- | --- | --- |"]
+    for group in GROUPS:
+        row = table.get(group) if group != CPU_SOURCE else None
+        pairs = f"{row['pairs']}: {sources[group]}" if row else "none"
+        lines.append(f"| {group} | {RULES[group]} | {pairs} | {interval_of(row) if row else 'none'} |")
+    return "\n".join(lines)
+
+
+def groups_help() -> str:
+    """The groups as `bench predict --help` states them: the same facts as groups_markdown."""
+    table, sources = {r["group"]: r for r in error_table()}, group_sources()
+    lines = []
+    for group in GROUPS:
+        row = table.get(group) if group != CPU_SOURCE else None
+        said = (f"{interval_of(row)} on {COVERAGE * 100:.0f} % of its {row['pairs']} published pairs ({sources[group]})"
+                if row else "no interval (no published pair)")
+        lines.append(f"  {group} ({RULES[group]}): {said}")
+    return "\n".join(lines)
+
+
+# docs/prediction.md holds these tables between their markers; tests/test_predict.py checks them against
+# the data, and `python -m bench_core.predict.tables --write` rewrites them.
+BLOCKS = {"error-table": markdown, "groups": groups_markdown}
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start (generated) -->", f"<!-- {name}:end -->"
+
+
+def doc_block(text: str, name: str = "error-table") -> str | None:
+    """The generated block `name` of a docs/prediction.md text, or None when its markers are missing."""
+    start, end = markers(name)
+    if start not in text or end not in text:
         return None
-    return text[text.index(DOC_START) + len(DOC_START):text.index(DOC_END)].strip()
+    return text[text.index(start) + len(start):text.index(end)].strip()
+
+
+def rewrite(text: str) -> str:
+    """`text` with every generated block made anew from the data."""
+    for name, make in BLOCKS.items():
+        start, end = markers(name)
+        text = text[:text.index(start) + len(start)] + "\n" + make() + "\n" + text[text.index(end):]
+    return text
 
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"
 
 if __name__ == "__main__":  # python -m bench_core.predict.tables [--write]
     if sys.argv[1:] == ["--write"]:
-        text = DOC.read_text()
-        start, end = text.index(DOC_START) + len(DOC_START), text.index(DOC_END)
-        atomic_write_text(DOC, text[:start] + "\n" + markdown() + "\n" + text[end:])
-    print(markdown())
+        atomic_write_text(DOC, rewrite(DOC.read_text()))
+    print("\n\n".join(make() for make in BLOCKS.values()))

@@ -106,4 +106,5 @@ def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
                        "measured_on": "measured on", "measured_text": "measured", "gpu": "GPU (predicted)",
                        "predicted_text": "predicted", "ratio_text": "x measured",
                        "predicted_band": f"{COVERAGE * 100:.0f} % interval", "published_pair": "published pair of these GPUs",
-                       "binds": "binds", "efficiency": "efficiency carried over", "disturbed": "disturbed"})
+                       "binds": "binds", "efficiency": "efficiency carried over",
+                       "above_roofline": "above its own roofline", "disturbed": "disturbed"})
