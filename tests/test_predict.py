@@ -13,10 +13,10 @@ from bench_core.predict import measured
 from bench_core.predict.measured import predict_dir
 from bench_core.predict import model
 from bench_core.predict.model import Profile, Setup, predict
-from bench_core.predict.specs import REQUIRED, math_class, predictable_names, spec, spec_for_device
+from bench_core.predict.specs import COMPARED_TODAY, REQUIRED, math_class, predictable_names, spec, spec_for_device
 from bench_core.results.store import iter_rows, write_run
 from bench_core.summary.load import load_results
-from bench_core.summary.predicted import DEFAULT_GPUS, predicted_table
+from bench_core.summary.predicted import predicted_table
 
 from conftest import TINY, bench_here
 
@@ -314,7 +314,7 @@ def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(cpu_run,
 
 def test_the_report_section_keeps_predictions_apart_with_their_band(cpu_run):
     table, notes = predicted_table(load_results([cpu_run]))
-    assert not notes and set(table["gpu"]) == {f"1x {g}" for g in DEFAULT_GPUS}
+    assert not notes and set(table["gpu"]) == {f"1x {g}" for g in COMPARED_TODAY}
     assert (table["kind"] == "bound").all() and table["low"].isna().all() and table["coverage"].isna().all()
     assert table["measured_on"].str.contains("1x ").all()  # the measured device, beside, not mixed in
 

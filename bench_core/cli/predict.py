@@ -10,6 +10,7 @@ from bench_core.cli.common import text_table
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
+from bench_core.predict.prices import parse_prices, prices_with
 from bench_core.predict.published import COVERAGE, QUANTILES, ablations, error_table, predictions
 from bench_core.predict.specs import predictable_names, spec
 from bench_core.predict.tables import fmt_pct, groups_help, interval_of
@@ -46,6 +47,10 @@ exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a directory with no ok rows
                    help="the GPU to predict (repeatable); a short name from gpu_peaks.csv, e.g. H100-SXM5-80GB")
     p.add_argument("--devices", type=int, default=1, metavar="N", help="GPUs of the prediction, data parallel "
                    "(default 1)")
+    p.add_argument("--price", action="append", default=[], metavar="NAME=PRICE",
+                   help="what one GPU costs an hour, for the cost per million items (repeatable; NAME=PRICE or "
+                        "NAME=PRICE:EUR, default currency USD); default: the on-demand price in "
+                        "bench_core/data/gpu_prices.csv (provider and date shown; prices change)")
     p.add_argument("--error-table", action="store_true", help="print the model's error on every published pair, "
                    "per workload and pair kind, and what each term is worth (from the shipped data alone)")
     p.add_argument("--pairs", action="store_true", help="print every published pair: measured, predicted, error")
@@ -86,7 +91,8 @@ def main(args: argparse.Namespace) -> int:
     if args.devices < 1:
         raise ConfigError("devices", f"must be at least 1, got {args.devices}")
     gpus = [spec(name) for name in args.gpu]
-    rows, notes = predict_dir(args.from_dir, gpus, args.devices)
+    prices = prices_with(parse_prices(args.price))
+    rows, notes = predict_dir(args.from_dir, gpus, args.devices, prices=prices)
     if args.json:
         print(json.dumps({"predictions": rows, "notes": notes}, indent=1))
         return EXIT_OK
@@ -100,11 +106,19 @@ def main(args: argparse.Namespace) -> int:
                        "predicted": f"{'at most ' if r['kind'] == 'bound' else ''}{r['predicted']:.4g} {r['sample_unit']}",
                        "x measured": f"{r['ratio']:.2f}x" if r["ratio"] else "",
                        f"{COVERAGE * 100:.0f} % interval": interval_text(r),
+                       "cost per million": cost_text(r),
                        "binds": "; ".join(t for t in (r["binds"], r["above_roofline"], r["disturbed"]) if t)}
                       for r in rows], prose=("binds",)))
     print(f"\n{COVERAGE * 100:.0f} % interval, per group of predictions (bench predict --error-table):")
     for text in dict.fromkeys(r["band_text"] for r in rows):
         print(f"  {text}")
+    priced = dict.fromkeys(f"{r['gpu'].split('x ', 1)[-1]}: {r['price_from']}" for r in rows if r["price_from"])
+    unpriced = dict.fromkeys(r["gpu"].split("x ", 1)[-1] for r in rows if not r["price_from"])
+    if priced or unpriced:
+        print("cost per million: price x GPUs / (predicted items/s x 3600) x 1e6, in the workload's own unit "
+              "(tokens for a language model), at " + "; ".join(priced)
+              + (f"; no sourced price for {', '.join(unpriced)} (give --price NAME=PRICE)" if unpriced else "")
+              + ". Prices change: give yours with --price NAME=PRICE.")
     beside = dict.fromkeys(r["published_pair"] for r in rows if r["published_pair"])
     if beside:
         print("published pairs of the same two GPUs (the model's error on them is the one to expect here):")
@@ -132,3 +146,11 @@ def interval_text(row: dict) -> str:
 def figure(value: float) -> str:
     """A rate as people read it: whole numbers with separators from 100 up, three figures below."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def cost_text(row: dict) -> str:
+    """What a million of the workload's items cost on the predicted GPU ("at least" from a bound)."""
+    if row["cost_per_million"] is None:
+        return ""
+    least = "at least " if row["kind"] == "bound" else ""
+    return f"{least}{row['cost_per_million']:.3g} {row['currency']} / M {row['throughput_unit'].removesuffix('/s')}"

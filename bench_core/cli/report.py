@@ -9,6 +9,8 @@ from pathlib import Path
 from bench_core import results
 from bench_core.errors import ConfigError
 from bench_core.files import check_writable
+from bench_core.predict.prices import parse_prices, price_texts
+from bench_core.predict.specs import COMPARED_TODAY, gpu_list
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 from bench_core.summary.tables import baseline_matches
@@ -19,11 +21,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   bench report outputs/cpu-quick                          # writes outputs/cpu-quick/report.html
   bench report outputs/gpu-a outputs/gpu-b --out ab.html  # two machines side by side
   bench report outputs/gpu-a outputs/gpu-b --baseline "RTX 3090"
+  bench report gpu/runs/* --predict-gpus H100-SXM5-80GB,H200-SXM-141GB --price H100-SXM5-80GB=2.99
 exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
     p.add_argument("result_dirs", nargs="+", metavar="DIR", help="result directories (each holds results.csv)")
     p.add_argument("--out", metavar="FILE", help="HTML file to write (default: DIR/report.html of the first DIR); "
                    "the executed summary.ipynb goes beside it")
     p.add_argument("--title", default="", help="a line shown at the top of the report")
+    p.add_argument("--predict-gpus", default="", metavar="NAMES",
+                   help="GPUs the Predicted GPUs section and the cost frontier predict, separated by commas (names "
+                        f"as bench predict --gpu takes them); default: the GPUs a person compares today, "
+                        f"{','.join(COMPARED_TODAY)}")
+    p.add_argument("--price", action="append", default=[], metavar="NAME=PRICE",
+                   help="what one GPU costs an hour, for a predicted GPU's cost per million items (repeatable; "
+                        "NAME=PRICE or NAME=PRICE:EUR, default currency USD); default: the on-demand price in "
+                        "bench_core/data/gpu_prices.csv, with its provider and date")
     p.add_argument("--baseline", default="", help="machine the others are compared with (part of its label, "
                    "e.g. a GPU or host name; it must name exactly one machine of the results, else exit 2 "
                    "listing them); default: the first DIR's machine")
@@ -31,6 +42,8 @@ exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
 
 def main(args: argparse.Namespace) -> int:
     dirs = check_result_dirs(args.result_dirs)
+    predict_gpus = list(gpu_list(args.predict_gpus, "predict_gpus"))  # bad names: exit 2 before anything is read
+    prices = price_texts(parse_prices(args.price))
     out = Path(args.out) if args.out else dirs[0] / "report.html"
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError("--out", f"must be an .html file, got {str(out)!r}")
@@ -44,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
     if args.baseline:
         check_baseline(args.baseline, loaded.machines)
     try:
-        path = build_report(dirs, out, title=args.title, baseline=args.baseline)
+        path = build_report(dirs, out, title=args.title, baseline=args.baseline, predict_gpus=predict_gpus,
+                            prices=prices)
     except ReportError as exc:
         print(f"bench report: error: {exc}", file=sys.stderr)
         return 1

@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
         return interrupted_exit(exc)
     status = settle(submitted, states, out_dir)
     if not args.no_report:
-        status = max(status, report_step(out_dir))
+        status = max(status, report_step(out_dir, plan))
     return status
 
 

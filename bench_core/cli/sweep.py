@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_FAILED
         if status not in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not args.no_report:
-            status = max(status, report_step(out_dir))
+            status = max(status, report_step(out_dir, plan))
     print(closing)
     return status
 
@@ -159,13 +159,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 90 * 60 else f"{seconds / 3600:.1f} h"
 
 
-def report_step(out_dir: Path) -> int:
-    """The HTML report of this directory; a failure to build it is reported, never hides the rows."""
+def report_step(out_dir: Path, plan: SweepPlan | None = None) -> int:
+    """The HTML report of this directory (predicting the GPUs the sweep file names, at its prices); a failure
+    to build it is reported, never hides the rows."""
     # The report command's own module, imported when a report is made: with pandas, scipy and matplotlib
     # it costs 0.7 s at the start of every sweep (and of every SLURM task), --no-report or not.
     from bench_core.summary.report import build_report
     try:
-        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html")
+        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html",
+                            predict_gpus=plan.predict_gpus if plan else None, prices=plan.prices if plan else None)
     except Exception as exc:  # noqa: BLE001 - the rows are safe; say why the report is missing
         print(f"bench sweep: report failed: {error_message(exc)}", file=sys.stderr)
         return EXIT_FAILED

@@ -21,6 +21,7 @@ from bench_core.errors import ConfigError
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
 from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
+from bench_core.predict.prices import Price, cost_per_million, prices_with
 from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_between
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.disturbed import RE_MEASURE, disturbances
@@ -55,6 +56,12 @@ def configurations(rows: list[dict]) -> list[dict]:
         for k in NEEDED:
             values = [float(r[k]) for r in group if isinstance(r.get(k), (int, float)) and r[k] > 0]
             merged[k] = statistics.median(values) if values else None
+        # The workload's own unit (tokens for a sequence model's samples): what a cost per million counts.
+        units = [r["throughput"] / r["samples_per_s"] for r in group
+                 if isinstance(r.get("throughput"), (int, float)) and isinstance(r.get("samples_per_s"), (int, float))
+                 and r["throughput"] > 0 and r["samples_per_s"] > 0]
+        merged["units_per_sample"] = statistics.median(units) if units else 1.0
+        merged["throughput_unit"] = (first.get("throughput_unit") if units else None) or first.get("sample_unit")
         merged["repeats"] = len(group)
         out.append(merged)
     return out
@@ -152,20 +159,22 @@ def refusal(conf: dict) -> str | None:
     return None
 
 
-def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
-                terms: tuple[str, ...] = TERMS) -> tuple[list[dict], list[str]]:
-    """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped."""
+def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
+                prices: dict[str, Price] | None = None) -> tuple[list[dict], list[str]]:
+    """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped.
+    prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with())."""
     rows, notes = [], []
     for conf in configurations(ok_rows(result_dir)):
-        found, note = predict_conf(conf, gpus, devices, terms)
+        found, note = predict_conf(conf, gpus, devices, terms, prices)
         rows += found
         notes += [note] if note else []
     return rows, notes
 
 
-def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1,
-                 terms: tuple[str, ...] = TERMS) -> tuple[list[dict], str | None]:
+def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
+                 prices: dict[str, Price] | None = None) -> tuple[list[dict], str | None]:
     """One configuration (configurations()) predicted on each GPU, or a note on why it is not."""
+    prices = prices_with() if prices is None else prices
     size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
     label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
              f"{conf.get('device_name') or 'a device the row does not name'}")
@@ -203,7 +212,7 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1,
                      "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
                      "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
                      else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
-                     "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
+                     "gpu": f"{devices}x {spec.gpu}", "devices": devices, "predicted": value, "kind": "bound" if bound else "prediction",
                      "group": group, "coverage": COVERAGE if band else None, "band_text": band_said,
                      "low": value * band.low if band else None, "high": value * band.high if band else None,
                      "ratio": None if bound else value / conf["samples_per_s"],
@@ -213,8 +222,21 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1,
                      # A bound uses the run's counts, never its timing: a disturbed CPU run bounds a GPU as well.
                      "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
                                    if disturbances(conf.get("noise_flags")) and not bound else None),
-                     "note": note})
+                     "note": note, **costs(conf, value, band, devices, prices.get(spec.gpu))})
     return rows, None
+
+
+def costs(conf: dict, value: float, band: Band | None, devices: int, price: Price | None) -> dict:
+    """A prediction in the workload's own unit (tokens/s for a sequence model) and what a million of its
+    items cost on the predicted GPUs at `price`, with the cost at each end of the interval."""
+    per = conf.get("units_per_sample") or 1.0
+    cost = cost_per_million(price, devices, value * per)
+    return {"throughput_unit": conf.get("throughput_unit") or conf.get("sample_unit") or "samples/s",
+            "predicted_throughput": value * per, "price_per_hour": price.price_per_hour if price else None,
+            "currency": price.currency if price else None, "price_from": price.text() if price else None,
+            "cost_per_million": cost,
+            "cost_low": cost / band.high if cost and band else None,  # the faster end of the interval costs less
+            "cost_high": cost / band.low if cost and band else None}
 
 
 def above_roofline(efficiency: float | None, src: Setup | None, dst: Setup, target_roofline: float) -> str | None:

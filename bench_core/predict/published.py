@@ -8,38 +8,30 @@ sample costs is bench_core/data/workload_profiles.csv (counted by `bench run` on
 """
 from __future__ import annotations
 
-import csv
 import functools
-import importlib.resources
 import itertools
 import math
 import statistics
 
 from bench_core.predict.groups import GROUPS, group_of
 from bench_core.predict.model import TERMS, Profile, Setup, floor_share, predict, relative_error, without
-from bench_core.predict.specs import Spec, math_class, specs
+from bench_core.predict.specs import Spec, data_rows, math_class, specs
 
 # Which profile a precision's bytes come from: fp32 and TF32 move 4-byte activations, the rest 2.
 PROFILE_PRECISION = {"fp32": "fp32", "tf32": "fp32"}
 
 
-def _data_rows(name: str) -> list[dict]:
-    path = importlib.resources.files("bench_core") / "data" / name
-    with importlib.resources.as_file(path) as p, open(p, newline="") as handle:
-        return list(csv.DictReader(line for line in handle if line.strip() and not line.startswith("#")))
-
-
 @functools.cache
 def tasks() -> dict[str, str]:
     """model -> task (classification, masked-lm, causal-lm), from workload_profiles.csv."""
-    return {r["model"]: r["task"] for r in _data_rows("workload_profiles.csv")}
+    return {r["model"]: r["task"] for r in data_rows("workload_profiles.csv")}
 
 
 @functools.cache
 def profiles() -> dict[tuple, Profile]:
     """(model, mode, input_shape, fp32 | amp) -> Profile, from workload_profiles.csv."""
     out = {}
-    for r in _data_rows("workload_profiles.csv"):
+    for r in data_rows("workload_profiles.csv"):
         out[(r["model"], r["mode"], r["input_shape"], r["precision"])] = Profile(
             float(r["flops_per_sample"]), float(r["flop_op_bytes_per_sample"]), float(r["other_bytes_per_sample"]),
             float(r["flop_op_bytes_per_step"]), float(r["other_bytes_per_step"]), float(r["grad_bytes_per_step"]),
@@ -56,7 +48,7 @@ def published_rows() -> tuple[dict, ...]:
     """Published throughput rows a prediction can use: a spec sheet with memory figures, samples/s."""
     by_name = {s.gpu: s for s in specs()}
     out = []
-    for r in _data_rows("reference.csv"):
+    for r in data_rows("reference.csv"):
         spec = by_name.get(r["spec_gpu"])
         if r["metric"] != "samples_per_s" or spec is None or not spec.predictable():
             continue

@@ -13,27 +13,30 @@ import pandas as pd
 from bench_core.errors import ConfigError
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.published import COVERAGE, QUANTILES
-from bench_core.predict.specs import spec
+from bench_core.predict.prices import parse_prices, prices_with
+from bench_core.predict.specs import gpu_list, spec
 from bench_core.summary.charts import drop_blank_minor_ticks
 from bench_core.summary.html import note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
 
-# The GPUs the report predicts unless the cell names others: one per generation and class.
-DEFAULT_GPUS = ("L4", "A100-SXM4-80GB", "H100-SXM5-80GB", "B200")
 MAX_CHARTS = 6
 
 
-def predicted_table(res: Results, gpus=DEFAULT_GPUS) -> tuple[pd.DataFrame, list[str]]:
-    """Predicted rows for every configuration of every result directory, and notes on what was skipped."""
-    specs = [spec(name) for name in gpus]
+def predicted_table(res: Results, gpus=None, prices=None) -> tuple[pd.DataFrame, list[str]]:
+    """Predicted rows for every configuration of every result directory on `gpus` (names; default the GPUs a
+    person compares today, specs.COMPARED_TODAY), priced at `prices` (NAME=PRICE texts or {NAME: PRICE}, over
+    the shipped on-demand prices), and notes on what was skipped. A GPU is not predicted from its own rows:
+    its measured figure is in the report already."""
+    specs = [spec(name) for name in gpu_list(gpus)]
+    priced = prices_with(parse_prices(prices))
     rows, notes = [], []
     for directory in res.dirs:
         try:
-            found, skipped = predict_dir(directory, specs)
+            found, skipped = predict_dir(directory, specs, prices=priced)
         except ConfigError as exc:  # a folder is named, never its local path (the report is shared)
             notes.append(str(exc).replace(str(directory), Path(directory).name))
             continue
-        rows += found
+        rows += [r for r in found if r["gpu"] != r["measured_on"]]
         notes += skipped
     return pd.DataFrame(rows), notes
 
@@ -72,8 +75,8 @@ def _chart(table: pd.DataFrame) -> None:
 
 
 @section
-def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
-    table, notes = predicted_table(res, gpus)
+def show_predicted(res: Results, gpus=None, prices=None) -> None:
+    table, notes = predicted_table(res, gpus, prices)
     if notes:
         more = f" (and {len(notes) - 1} more like it)" if len(notes) > 1 else ""
         note(f"Not predicted: {notes[0]}{more}.")
@@ -90,6 +93,13 @@ def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
               f"the published pairs of its group (the {QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th "
               f"percentile of measured / predicted), only where such pairs were measured; from a CPU run the figure "
               f"is the GPU's roofline bound, 'at most', with no interval and no efficiency carried over. Here: {said}.")
+    if table["price_from"].notna().any():
+        paragraph("Cost per million items (the workload's own unit: images, tokens) = price x GPUs / (predicted "
+                  "items/s x 3600) x 1e6, at an on-demand price per GPU-hour: "
+                  + "; ".join(dict.fromkeys(f"{g.split('x ', 1)[-1]} {t}" for g, t in
+                                            zip(table["gpu"], table["price_from"]) if pd.notna(t)))
+                  + " (bench_core/data/gpu_prices.csv, each with its source page; prices change, and differ 2-4x "
+                    "between providers: give yours as `bench report --price NAME=PRICE`).")
     beside = list(dict.fromkeys(table["published_pair"].dropna()))
     if beside:
         paragraph("Published pairs of the same two GPUs, and the model's error on them (the error to expect on "
@@ -101,10 +111,14 @@ def show_predicted(res: Results, gpus=DEFAULT_GPUS) -> None:
         predicted_text=[f"{'at most ' if k == 'bound' else ''}{v:.4g} {u}" for v, k, u in
                         zip(table["predicted"], table["kind"], table["sample_unit"])],
         measured_text=[f"{v:.4g} {u}" for v, u in zip(table["measured"], table["sample_unit"])],
-        ratio_text=[f"{r:.2f}x" if pd.notna(r) else "" for r in table["ratio"]])
+        ratio_text=[f"{r:.2f}x" if pd.notna(r) else "" for r in table["ratio"]],
+        cost_text=[f"{'at least ' if k == 'bound' else ''}{c:.3g} {cur} per million {u.removesuffix('/s')}"
+                   if pd.notna(c) else "no sourced price" for c, k, cur, u in
+                   zip(table["cost_per_million"], table["kind"], table["currency"], table["throughput_unit"])])
     show_table(shown, {"model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch",
                        "measured_on": "measured on", "measured_text": "measured", "gpu": "GPU (predicted)",
                        "predicted_text": "predicted", "ratio_text": "x measured",
-                       "predicted_band": f"{COVERAGE * 100:.0f} % interval", "published_pair": "published pair of these GPUs",
+                       "predicted_band": f"{COVERAGE * 100:.0f} % interval", "cost_text": "cost",
+                       "price_from": "price", "published_pair": "published pair of these GPUs",
                        "binds": "binds", "efficiency": "efficiency carried over",
                        "above_roofline": "above its own roofline", "disturbed": "disturbed"})

@@ -28,6 +28,8 @@ from bench_core.config.sweepfile import (
 )
 from bench_core.devices import Backend, available_devices, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
+from bench_core.predict.prices import parse_prices, price_texts
+from bench_core.predict.specs import gpu_list
 from bench_core.sweep.notebook import describe, safe_name
 from bench_core.workload.precision import resolve_precision
 
@@ -63,6 +65,8 @@ class SweepPlan:
     notes: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
     runs: int = 1                       # separate runs of each configuration (runs: N)
+    predict_gpus: list[str] = field(default_factory=list)  # the report's predicted GPUs (empty: its default)
+    prices: list[str] = field(default_factory=list)        # their prices per GPU-hour, NAME=PRICE:CURRENCY
     folder: str = ""                    # its folder under outputs/: the name, or a selector's own file name
 
     @property
@@ -167,7 +171,8 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
         raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
                                       "here; " + "; ".join(notes))
     plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
-                     notes=notes, skipped=skipped)
+                     notes=notes, skipped=skipped, prices=price_texts(parse_prices(data.get("price"), "price")),
+                     predict_gpus=list(gpu_list(data["predict_gpus"])) if data.get("predict_gpus") is not None else [])
     return with_runs(plan, data.get("runs", 1))
 
 
