@@ -2,13 +2,14 @@
 states it, and a prediction from a real (tiny) CPU run."""
 import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
 
 from bench_core.cli import main as bench
 from bench_core.measure.peaks import PEAK_QUANTITIES, gpu_spec_table
-from bench_core.predict import published, tables
+from bench_core.predict import own, published, tables
 from bench_core.predict import measured
 from bench_core.predict.measured import predict_dir
 from bench_core.predict import model
@@ -360,3 +361,53 @@ def test_the_kept_h200_rows_are_within_the_bounds_from_cpu_rows_of_the_same_conf
                 f"{same['samples_per_s']:,.0f} {b['sample_unit']} | {b['predicted']:,.0f} ({b['binds'].split(' (')[0]}) | "
                 f"{same['samples_per_s'] / b['predicted']:.0%} |")
         assert line in doc, line
+
+
+H200_B = ROOT / "gpu" / "runs" / "h200-2026-11-27-b"
+
+
+def test_our_own_pairs_of_one_gpu_kind_say_how_much_two_machines_differ():
+    """The two kept H200 runs share three configurations on three machines (GPU UUIDs): predicted one from
+    the other both ways, the true ratio is 1. ResNet-50 at batch 1280 agrees within 1 %; resnet18 inference
+    at batch 64 differs by 27 % between two H200s. No pair of two kinds yet: no line in the error table."""
+    pairs = own.own_pairs()
+    assert len(pairs) == 6 and all(p["same_kind"] for p in pairs)
+    assert {p["from_machine"].split(" (")[0] for p in pairs} == {H200_RUN.name, H200_B.name}
+    for p in pairs:
+        assert p["error"] == pytest.approx(p["predicted"] / p["actual"] - 1)
+        assert abs(p["error"]) < 0.01 if p["model"] == "resnet50" else abs(p["error"]) > 0.2
+    assert own.own_summary() is None and "| our own GPU pairs |" not in tables.markdown()
+
+
+def test_a_kept_h100_run_enters_the_error_table_as_our_own_gpu_pairs(tmp_path, capsys):
+    """When an H100 run lands beside the H200 runs, each configuration they share is predicted both ways and
+    scored (the error, inside its interval or not), and the error table gains the line "our own GPU pairs".
+    The H100 run here is made from the second H200 run's rows, renamed and at 0.8x: test input."""
+    for kept in (H200_RUN, H200_B):
+        (tmp_path / kept.name).symlink_to(kept)
+    h100 = tmp_path / "h100-synthetic"
+    write_run(h100, "h100", [{**r, "device_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "GPU-0h100aaa",
+                              "samples_per_s": r["samples_per_s"] * 0.8, "throughput": (r.get("throughput") or 0) * 0.8}
+                             for r in iter_rows(H200_B) if r.get("status") == "ok"])
+    pairs = own.own_pairs(tmp_path)
+    cross = [p for p in pairs if not p["same_kind"]]
+    assert {(p["from"], p["to"]) for p in cross} == {("1x H200-SXM-141GB", "1x H100-SXM5-80GB"),
+                                                     ("1x H100-SXM5-80GB", "1x H200-SXM-141GB")}
+    amp = next(p for p in cross if p["to_machine"] == "h100-synthetic (GPU 0h100aaa)" and p["model"] == "resnet50"
+               and p["precision"] == "amp-bf16" and p["from_machine"].startswith(H200_B.name))
+    assert amp["actual"] == pytest.approx(5073.6 * 0.8, rel=1e-3) and amp["inside"] == (amp["low"] <= amp["actual"] <= amp["high"])
+    line = own.own_summary(tmp_path)
+    assert line["group"] == own.OWN and line["pairs"] == len(cross)
+    assert line["median_abs_error"] == pytest.approx(statistics.median(abs(p["error"]) for p in cross))
+    assert f"| {own.OWN} | {len(cross)} |" in tables.markdown(tmp_path)
+    done = bench_here(capsys, "predict", "--from", str(H200_B), "--against", str(h100))
+    assert done.returncode == 0 and "h100-synthetic (GPU 0h100aaa)" in done.stdout and "measured figures fell inside" in done.stdout
+
+
+def test_predictions_that_differ_only_in_a_setting_say_which():
+    """The second H200 run measured llama-1b plain and FSDP2, resnet18 eager and compiled, ResNet-50 in NCHW
+    and channels_last at the same batch: each prediction names the setting that tells it apart."""
+    rows, _ = predict_dir(H200_B, [spec("H100-SXM5-80GB")])
+    seen = [(r["model"], r["mode"], r["precision"], r["batch_size"], r["settings"]) for r in rows]
+    assert len(set(seen)) == len(seen)
+    assert {r["settings"] for r in rows} == {"", "fsdp", "compile default", "channels_last"}

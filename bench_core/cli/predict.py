@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from bench_core.cli.common import text_table
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
 from bench_core.predict.prices import parse_prices, prices_with
-from bench_core.predict.published import COVERAGE, QUANTILES, ablations, error_table, predictions
+from bench_core.predict.own import machines, scored
+from bench_core.predict.published import COVERAGE, QUANTILES, ablations, predictions
 from bench_core.predict.specs import predictable_names, spec
-from bench_core.predict.tables import fmt_pct, groups_help, interval_of
+from bench_core.predict.tables import all_errors, fmt_pct, groups_help, interval_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,9 +40,11 @@ examples:
   bench run --model resnet18 --width 32 --height 32 --steps 2 --out outputs/cpu
   bench predict --from outputs/cpu --gpu H100-SXM5-80GB --gpu A100-SXM4-80GB
   bench predict --from outputs/a100 --gpu B200 --devices 8
+  bench predict --from gpu/runs/h200-2026-11-27 --gpu H100-SXM5-80GB --price H100-SXM5-80GB=2.99
+  bench predict --from gpu/runs/h200-2026-11-27 --against gpu/runs/h100-DATE   # scored against a measured GPU
   bench predict --error-table          # the model against published pairs, no results needed
   bench predict --pairs                # every published pair, predicted and actual
-exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a directory with no ok rows)."""
+exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a bad price, a directory with no ok rows)."""
     p.add_argument("--from", dest="from_dir", metavar="DIR", help="a result directory (DIR/runs/*/rows.json) "
                    "measured on any device")
     p.add_argument("--gpu", action="append", default=[], metavar="NAME",
@@ -51,6 +55,9 @@ exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a directory with no ok rows
                    help="what one GPU costs an hour, for the cost per million items (repeatable; NAME=PRICE or "
                         "NAME=PRICE:EUR, default currency USD); default: the on-demand price in "
                         "bench_core/data/gpu_prices.csv (provider and date shown; prices change)")
+    p.add_argument("--against", metavar="DIR", help="a result directory measured on another GPU: each configuration "
+                   "it shares with --from is predicted on its GPU and scored against what it measured (the error, and "
+                   "whether it fell inside the interval); --gpu is not needed")
     p.add_argument("--error-table", action="store_true", help="print the model's error on every published pair, "
                    "per workload and pair kind, and what each term is worth (from the shipped data alone)")
     p.add_argument("--pairs", action="store_true", help="print every published pair: measured, predicted, error")
@@ -59,7 +66,7 @@ exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a directory with no ok rows
 
 def main(args: argparse.Namespace) -> int:
     if args.error_table or args.pairs:
-        rows = predictions() if args.pairs else error_table()
+        rows = predictions() if args.pairs else all_errors()
         if args.json:
             print(json.dumps({"pairs": rows} if args.pairs else {"errors": rows, "terms": ablations()}, indent=1))
             return EXIT_OK
@@ -86,6 +93,8 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.from_dir:
         raise ConfigError("from", "give a result directory (--from DIR) and --gpu NAME, or --error-table")
+    if args.against:
+        return against(args)
     if not args.gpu:
         raise ConfigError("gpu", f"give at least one --gpu NAME; allowed: {', '.join(predictable_names())}")
     if args.devices < 1:
@@ -101,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
     if not rows:
         return EXIT_OK
     print(text_table([{"model": r["model"], "mode": r["mode"], "precision": r["precision"], "batch": r["batch_size"],
+                       **({"settings": r["settings"]} if any(x["settings"] for x in rows) else {}),
                        "measured on": r["measured_on"], "measured": f"{r['measured']:.4g} {r['sample_unit']}",
                        "GPU": r["gpu"],
                        "predicted": f"{'at most ' if r['kind'] == 'bound' else ''}{r['predicted']:.4g} {r['sample_unit']}",
@@ -154,3 +164,34 @@ def cost_text(row: dict) -> str:
         return ""
     least = "at least " if row["kind"] == "bound" else ""
     return f"{least}{row['cost_per_million']:.3g} {row['currency']} / M {row['throughput_unit'].removesuffix('/s')}"
+
+
+def against(args: argparse.Namespace) -> int:
+    """--against DIR: every configuration measured in both directories, predicted on DIR's GPU from --from's
+    rows and scored against what DIR measured (bench_core/predict/own.py, as the kept runs' pairs are)."""
+    sources, targets = machines(Path(args.from_dir)), machines(Path(args.against))
+    for field_name, found, folder in (("from", sources, args.from_dir), ("against", targets, args.against)):
+        if not found:
+            raise ConfigError(field_name, f"{folder} has no ok GPU rows (runs/*/rows.json): a pair is scored between "
+                                          "two GPU runs")
+    pairs = [p for a, rows_a in sources.items() for b, rows_b in targets.items() for p in scored(rows_a, rows_b, a, b)]
+    if args.json:
+        print(json.dumps({"pairs": pairs}, indent=1))
+        return EXIT_OK
+    if not pairs:
+        print("bench predict: note: no configuration was measured in both directories (same model, mode, precision, "
+              "batch, input, devices, compile and layout) on a GPU with a spec sheet: nothing to score")
+        return EXIT_OK
+    print(text_table([{"model": p["model"], "mode": p["mode"], "precision": p["precision"], "batch": p["batch_size"],
+                       **({"settings": p["settings"]} if any(x["settings"] for x in pairs) else {}),
+                       "from": p["from_machine"], "to": p["to_machine"], "measured there": figure(p["actual"]),
+                       "predicted": figure(p["predicted"]), "error": f"{p['error'] * 100:+.1f} %",
+                       f"inside its {COVERAGE * 100:.0f} % interval": interval_text(p) if p["inside"] is None
+                       else "yes" if p["inside"] else "no"} for p in pairs]))
+    inside = [p["inside"] for p in pairs if p["inside"] is not None]
+    if inside:
+        print(f"\n{sum(inside)} of {len(inside)} measured figures fell inside their prediction's {COVERAGE * 100:.0f} % "
+              f"interval (the interval holds {COVERAGE * 100:.0f} % of its group's published pairs).")
+    if any(p["same_kind"] for p in pairs):
+        print("same GPU kind on both sides: the true ratio is 1, and the error is how much the two machines differ.")
+    return EXIT_OK

@@ -67,6 +67,23 @@ def configurations(rows: list[dict]) -> list[dict]:
     return out
 
 
+# The settings of a configuration that a table of predictions would otherwise leave out, with the value
+# that needs no word: two rows that differ only in one of them are told apart by it.
+SETTINGS = (("compile", "off"), ("channels_last", False), ("parallelism", "ddp"), ("tp_degree", 1),
+            ("activation_checkpointing", "none"))
+
+
+def settings_text(conf: dict) -> str:
+    """'compile default; channels_last; fsdp': the settings of `conf` that are not the plain default."""
+    said = []
+    for name, plain in SETTINGS:
+        value = conf.get(name)
+        if value in (None, "", plain) or str(value) == str(plain):
+            continue
+        said.append(name if value is True else f"{name} {value}" if name != "parallelism" else str(value))
+    return "; ".join(said)
+
+
 def profile_of(conf: dict) -> Profile:
     """The row's own counts, at its batch (the per-step bytes already spread over it)."""
     params = conf.get("params_count") or 0
@@ -210,6 +227,7 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
                                                 conf["mode"], dst.math, conf["batch_size"])
         rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
                      "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
+                     "settings": settings_text(conf),
                      "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
                      else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
                      "gpu": f"{devices}x {spec.gpu}", "devices": devices, "predicted": value, "kind": "bound" if bound else "prediction",

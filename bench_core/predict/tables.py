@@ -1,6 +1,7 @@
 """The error tables docs/prediction.md states, as markdown: the model against the published pairs
-(bench_core/predict/published.py) and the model with each term left out. `python -m
-bench_core.predict.tables --write` rewrites the doc's generated block; tests/test_predict.py checks it.
+(bench_core/predict/published.py) and our own GPU pairs (own.py), the model with each term left out,
+the groups of predictions, and every pair of the kept runs. `python -m bench_core.predict.tables --write`
+rewrites the doc's generated blocks; tests/test_predict.py checks them.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from bench_core.files import atomic_write_text
 from bench_core.predict.groups import CPU_SOURCE, GROUPS, RULES
+from bench_core.predict.own import RUNS, own_markdown, own_summary
 from bench_core.predict.published import COVERAGE, ablations, error_table, group_sources
 
 
@@ -22,12 +24,19 @@ def interval_of(row: dict) -> str:
     return f"{row['interval_low']:.2f}x-{row['interval_high']:.2f}x"
 
 
-def markdown() -> str:
+def all_errors(root: Path = RUNS) -> list[dict]:
+    """The published pairs' error table, and below it the line of our own pairs of two GPU kinds among the
+    kept runs under `root` (gpu/runs) whenever there is one (own.py)."""
+    own = own_summary(root)
+    return error_table() + ([own] if own else [])
+
+
+def markdown(root: Path = RUNS) -> str:
     """The error table and the term ablation as markdown, as docs/prediction.md states them."""
     lines = [f"| workload or group | pairs | median abs. error | {COVERAGE * 100:.0f} % interval (measured / predicted) "
              "| worst factor | within 15 % | worst pair |",
              "|---|---:|---:|---:|---:|---:|---|"]
-    for r in error_table():
+    for r in all_errors(root):
         lines.append(f"| {r['group']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | {interval_of(r)} | "
                      f"{r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} | {r['worst_pair']} |")
     lines += ["", f"| model | pairs | median abs. error | {COVERAGE * 100:.0f} % interval | worst factor | within 15 % |",
@@ -65,7 +74,7 @@ def groups_help() -> str:
 
 # docs/prediction.md holds these tables between their markers; tests/test_predict.py checks them against
 # the data, and `python -m bench_core.predict.tables --write` rewrites them.
-BLOCKS = {"error-table": markdown, "groups": groups_markdown}
+BLOCKS = {"error-table": markdown, "groups": groups_markdown, "own-pairs": own_markdown}
 
 
 def markers(name: str) -> tuple[str, str]:

@@ -116,6 +116,7 @@ def show_predicted(res: Results, gpus=None, prices=None) -> None:
                    if pd.notna(c) else "no sourced price" for c, k, cur, u in
                    zip(table["cost_per_million"], table["kind"], table["currency"], table["throughput_unit"])])
     show_table(shown, {"model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch",
+                       "settings": "settings",
                        "measured_on": "measured on", "measured_text": "measured", "gpu": "GPU (predicted)",
                        "predicted_text": "predicted", "ratio_text": "x measured",
                        "predicted_band": f"{COVERAGE * 100:.0f} % interval", "cost_text": "cost",
