@@ -17,8 +17,7 @@ import pytest
 
 from bench_core import results
 from bench_core.cli import main
-from bench_core.errors import ConfigError
-from bench_core.predict.prices import Price, gpu_price
+from bench_core.predict.prices import Price, gpu_price, report_choices
 from bench_core.predict.specs import COMPARED_TODAY, data_rows, gpu_list, spec
 from bench_core.results.store import rebuild_csv
 from bench_core.summary.cost import (
@@ -193,6 +192,10 @@ def test_the_report_predicts_the_gpus_the_user_names_and_the_sweep_file_can_name
     assert gpu_list("") == COMPARED_TODAY and {"H100-SXM5-80GB", "H200-SXM-141GB"} <= set(COMPARED_TODAY)
     sweep = {"grid": {"model": ["resnet18"]}, "settings": {"device": "cpu"}}
     plan = parse_sweep({**sweep, "predict_gpus": ["h200-sxm-141gb", "H100-SXM5-80GB"], "price": {"H100-SXM5-80GB": 2.99}})
-    assert plan.predict_gpus == ["H200-SXM-141GB", "H100-SXM5-80GB"] and plan.prices == ["H100-SXM5-80GB=2.99:USD"]
-    with pytest.raises(ConfigError, match="^price: H100-SXM5-80GB's price must be a positive number"):
-        parse_sweep({**sweep, "price": {"H100-SXM5-80GB": "free"}})
+    assert report_choices(plan.predict_gpus, plan.prices) == (["H200-SXM-141GB", "H100-SXM5-80GB"],
+                                                               ["H100-SXM5-80GB=2.99:USD"])
+    path = tmp_path / "priced.yaml"
+    path.write_text("grid: {model: [resnet18]}\nsettings: {device: cpu}\nprice: {H100-SXM5-80GB: free}\n")
+    refused = bench_here(capsys, "sweep", str(path), "--dry-run", "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2 and "price: H100-SXM5-80GB's price must be a positive number" in refused.stderr
+    assert not (tmp_path / "out").exists()

@@ -9,8 +9,8 @@ from pathlib import Path
 from bench_core import results
 from bench_core.errors import ConfigError
 from bench_core.files import check_writable
-from bench_core.predict.prices import parse_prices, price_texts
-from bench_core.predict.specs import COMPARED_TODAY, gpu_list
+from bench_core.predict.prices import report_choices
+from bench_core.predict.specs import COMPARED_TODAY
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 from bench_core.summary.tables import baseline_matches
@@ -42,8 +42,7 @@ exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
 
 def main(args: argparse.Namespace) -> int:
     dirs = check_result_dirs(args.result_dirs)
-    predict_gpus = list(gpu_list(args.predict_gpus, "predict_gpus"))  # bad names: exit 2 before anything is read
-    prices = price_texts(parse_prices(args.price))
+    predict_gpus, prices = report_choices(args.predict_gpus, args.price)  # bad ones: exit 2 before anything is read
     out = Path(args.out) if args.out else dirs[0] / "report.html"
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError("--out", f"must be an .html file, got {str(out)!r}")

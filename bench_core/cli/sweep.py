@@ -10,6 +10,7 @@ from typing import TextIO
 from bench_core import results
 from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from bench_core.files import check_writable
+from bench_core.predict.prices import report_choices
 from bench_core.results.rows import error_message
 from bench_core.sweep.execute import (
     TEMPLATE_ENV,
@@ -63,6 +64,7 @@ exit status: 0 every configuration ok (or unsupported), 1 a configuration failed
 
 def main(args: argparse.Namespace) -> int:
     plan = load_sweep(args.file)
+    plan.predict_gpus, plan.prices = report_choices(plan.predict_gpus, plan.prices)  # bad ones: exit 2 now
     if args.runs is not None:
         plan = with_runs(plan, args.runs)
     template = find_template(args.template)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from bench_core.errors import ConfigError
-from bench_core.predict.specs import data_rows, spec, specs
+from bench_core.predict.specs import data_rows, gpu_list, spec, specs
 
 GIVEN = "given"  # the provider of a price the user gave
 DEFAULT_CURRENCY = "USD"  # of a given price that names none (the shipped prices are in USD)
@@ -82,6 +82,13 @@ def split(item: str, field_name: str) -> tuple[str, str]:
 def price_texts(given: dict[str, Price]) -> list[str]:
     """Given prices as parse_prices() reads them back (NAME=PRICE:CURRENCY): how a report's notebook gets them."""
     return [f"{gpu}={p.price_per_hour:g}:{p.currency}" for gpu, p in given.items()]
+
+
+def report_choices(predict_gpus=None, prices=None) -> tuple[list[str], list[str]]:
+    """The GPUs a report predicts and their prices as a sweep file (predict_gpus, price) or `bench report`
+    gives them, checked (exit 2 naming the field) and put as build_report takes them; nothing given: []."""
+    gpus = list(gpu_list(predict_gpus)) if predict_gpus not in (None, "", []) else []
+    return gpus, price_texts(parse_prices(prices, "price"))
 
 
 def prices_with(given: dict[str, Price] | None = None) -> dict[str, Price]:

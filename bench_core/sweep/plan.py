@@ -28,8 +28,6 @@ from bench_core.config.sweepfile import (
 )
 from bench_core.devices import Backend, available_devices, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
-from bench_core.predict.prices import parse_prices, price_texts
-from bench_core.predict.specs import gpu_list
 from bench_core.sweep.notebook import describe, safe_name
 from bench_core.workload.precision import resolve_precision
 
@@ -65,8 +63,10 @@ class SweepPlan:
     notes: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
     runs: int = 1                       # separate runs of each configuration (runs: N)
-    predict_gpus: list[str] = field(default_factory=list)  # the report's predicted GPUs (empty: its default)
-    prices: list[str] = field(default_factory=list)        # their prices per GPU-hour, NAME=PRICE:CURRENCY
+    # The report's: the GPUs it predicts and their prices per GPU-hour, as the file gives them (its keys
+    # predict_gpus and price; checked by the command, bench_core.predict.prices.report_choices).
+    predict_gpus: Any = None
+    prices: Any = None
     folder: str = ""                    # its folder under outputs/: the name, or a selector's own file name
 
     @property
@@ -171,8 +171,7 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
         raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
                                       "here; " + "; ".join(notes))
     plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
-                     notes=notes, skipped=skipped, prices=price_texts(parse_prices(data.get("price"), "price")),
-                     predict_gpus=list(gpu_list(data["predict_gpus"])) if data.get("predict_gpus") is not None else [])
+                     notes=notes, skipped=skipped, predict_gpus=data.get("predict_gpus"), prices=data.get("price"))
     return with_runs(plan, data.get("runs", 1))
 
 
