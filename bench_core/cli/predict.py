@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_core.cli.common import text_table
+from bench_core.cli.common import add_price_argument, text_table
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
@@ -51,10 +51,7 @@ exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a bad price, a directory wi
                    help="the GPU to predict (repeatable); a short name from gpu_peaks.csv, e.g. H100-SXM5-80GB")
     p.add_argument("--devices", type=int, default=1, metavar="N", help="GPUs of the prediction, data parallel "
                    "(default 1)")
-    p.add_argument("--price", action="append", default=[], metavar="NAME=PRICE",
-                   help="what one GPU costs an hour, for the cost per million items (repeatable; NAME=PRICE or "
-                        "NAME=PRICE:EUR, default currency USD); default: the on-demand price in "
-                        "bench_core/data/gpu_prices.csv (provider and date shown; prices change)")
+    add_price_argument(p)
     p.add_argument("--against", metavar="DIR", help="a result directory measured on another GPU: each configuration "
                    "it shares with --from is predicted on its GPU and scored against what it measured (the error, and "
                    "whether it fell inside the interval); --gpu is not needed")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from bench_core import results
+from bench_core.cli.common import add_price_argument
 from bench_core.errors import ConfigError
 from bench_core.files import check_writable
 from bench_core.predict.prices import report_choices
@@ -31,10 +32,7 @@ exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
                    help="GPUs the Predicted GPUs section and the cost frontier predict, separated by commas (names "
                         f"as bench predict --gpu takes them); default: the GPUs a person compares today, "
                         f"{','.join(COMPARED_TODAY)}")
-    p.add_argument("--price", action="append", default=[], metavar="NAME=PRICE",
-                   help="what one GPU costs an hour, for a predicted GPU's cost per million items (repeatable; "
-                        "NAME=PRICE or NAME=PRICE:EUR, default currency USD); default: the on-demand price in "
-                        "bench_core/data/gpu_prices.csv, with its provider and date")
+    add_price_argument(p, "a predicted GPU's cost per million items")
     p.add_argument("--baseline", default="", help="machine the others are compared with (part of its label, "
                    "e.g. a GPU or host name; it must name exactly one machine of the results, else exit 2 "
                    "listing them); default: the first DIR's machine")
