@@ -47,7 +47,7 @@ COMMANDS = {
     "ladder": ("bench_core.cli.ladder", "serve: double the load until the server saturates, then print the throughput / "
                                         "interactivity frontier and the highest load meeting the SLO"),
     "predict": ("bench_core.cli.predict", "predict a GPU you have not measured from one you have: the ceiling that "
-                                          "binds, and an error band where pairs of its kind were measured"),
+                                          "binds, its interval from published pairs of its kind, and its cost"),
 }
 
 

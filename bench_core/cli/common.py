@@ -129,6 +129,15 @@ def config_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def add_price_argument(p: argparse.ArgumentParser, what: str = "the cost per million items") -> None:
+    """--price NAME=PRICE (bench predict, bench report): one GPU's price per hour, read by
+    bench_core.predict.prices.parse_prices, over the shipped on-demand prices."""
+    p.add_argument("--price", action="append", default=[], metavar="NAME=PRICE",
+                   help=f"what one GPU costs an hour, for {what} (repeatable; NAME=PRICE or NAME=PRICE:EUR, "
+                        "default currency USD); default: the on-demand price in bench_core/data/gpu_prices.csv, "
+                        "with its provider and date (prices change)")
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...] = ()) -> None:
     """One flag per BenchConfig field. Values stay text: BenchConfig validates them. An enumerated
     field shows its choices; each default is said once. A flag not given is absent from args, so

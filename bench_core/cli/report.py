@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 
 from bench_core import results
+from bench_core.cli.common import add_price_argument
 from bench_core.errors import ConfigError
 from bench_core.files import check_writable
+from bench_core.predict.prices import report_choices
+from bench_core.predict.specs import COMPARED_TODAY
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 from bench_core.summary.tables import baseline_matches
@@ -19,11 +22,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   bench report outputs/cpu-quick                          # writes outputs/cpu-quick/report.html
   bench report outputs/gpu-a outputs/gpu-b --out ab.html  # two machines side by side
   bench report outputs/gpu-a outputs/gpu-b --baseline "RTX 3090"
+  bench report gpu/runs/* --predict-gpus H100-SXM5-80GB,H200-SXM-141GB --price H100-SXM5-80GB=2.99
 exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
     p.add_argument("result_dirs", nargs="+", metavar="DIR", help="result directories (each holds results.csv)")
     p.add_argument("--out", metavar="FILE", help="HTML file to write (default: DIR/report.html of the first DIR); "
                    "the executed summary.ipynb goes beside it")
     p.add_argument("--title", default="", help="a line shown at the top of the report")
+    p.add_argument("--predict-gpus", default="", metavar="NAMES",
+                   help="GPUs the Predicted GPUs section and the cost frontier predict, separated by commas (names "
+                        f"as bench predict --gpu takes them); default: the GPUs a person compares today, "
+                        f"{','.join(COMPARED_TODAY)}")
+    add_price_argument(p, "a predicted GPU's cost per million items")
     p.add_argument("--baseline", default="", help="machine the others are compared with (part of its label, "
                    "e.g. a GPU or host name; it must name exactly one machine of the results, else exit 2 "
                    "listing them); default: the first DIR's machine")
@@ -31,6 +40,7 @@ exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
 
 def main(args: argparse.Namespace) -> int:
     dirs = check_result_dirs(args.result_dirs)
+    predict_gpus, prices = report_choices(args.predict_gpus, args.price)  # bad ones: exit 2 before anything is read
     out = Path(args.out) if args.out else dirs[0] / "report.html"
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError("--out", f"must be an .html file, got {str(out)!r}")
@@ -44,7 +54,8 @@ def main(args: argparse.Namespace) -> int:
     if args.baseline:
         check_baseline(args.baseline, loaded.machines)
     try:
-        path = build_report(dirs, out, title=args.title, baseline=args.baseline)
+        path = build_report(dirs, out, title=args.title, baseline=args.baseline, predict_gpus=predict_gpus,
+                            prices=prices)
     except ReportError as exc:
         print(f"bench report: error: {exc}", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ from bench_core.config.sweepfile import parse_timeout
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError, interrupted_by, interrupted_exit, interrupts_held
 from bench_core.files import check_writable
 from bench_core.launch import slurm
+from bench_core.predict.prices import report_choices
 from bench_core.results.rows import failure_row, run_fields
 from bench_core.results.store import dumps_rows
 from bench_core.run import worker
@@ -133,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
         return interrupted_exit(exc)
     status = settle(submitted, states, out_dir)
     if not args.no_report:
-        status = max(status, report_step(out_dir))
+        status = max(status, report_step(out_dir, plan))
     return status
 
 
@@ -147,10 +148,11 @@ def slurm_plan(args: argparse.Namespace) -> SweepPlan:
     if not args.sweep:
         return SweepPlan(name="slurm", configs=unique, executions=plan_executions(unique, apart=slurm.JobShape.of))
     data = load_yaml_mapping(args.sweep, "sweep")
+    gpus, prices = report_choices(data.get("predict_gpus"), data.get("price"))
     plan = SweepPlan(name=slurm.sweep_name(args.sweep), configs=unique,
                      executions=plan_executions(unique, apart=slurm.JobShape.of),
                      timeout_s=parse_timeout(data.get("timeout_s")), text=Path(args.sweep).read_text(),
-                     source=str(args.sweep))
+                     source=str(args.sweep), predict_gpus=gpus, prices=prices)
     if data.get("emulated") == "skip":
         plan.notes.append("emulated: skip is not applied: the nodes, not this machine, know which precisions they "
                           "emulate (their rows say precision_support emulated)")

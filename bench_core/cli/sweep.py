@@ -10,6 +10,7 @@ from typing import TextIO
 from bench_core import results
 from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from bench_core.files import check_writable
+from bench_core.predict.prices import report_choices
 from bench_core.results.rows import error_message
 from bench_core.sweep.execute import (
     TEMPLATE_ENV,
@@ -63,6 +64,7 @@ exit status: 0 every configuration ok (or unsupported), 1 a configuration failed
 
 def main(args: argparse.Namespace) -> int:
     plan = load_sweep(args.file)
+    plan.predict_gpus, plan.prices = report_choices(plan.predict_gpus, plan.prices)  # bad ones: exit 2 now
     if args.runs is not None:
         plan = with_runs(plan, args.runs)
     template = find_template(args.template)
@@ -82,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_FAILED
         if status not in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not args.no_report:
-            status = max(status, report_step(out_dir))
+            status = max(status, report_step(out_dir, plan))
     print(closing)
     return status
 
@@ -159,13 +161,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 90 * 60 else f"{seconds / 3600:.1f} h"
 
 
-def report_step(out_dir: Path) -> int:
-    """The HTML report of this directory; a failure to build it is reported, never hides the rows."""
+def report_step(out_dir: Path, plan: SweepPlan | None = None) -> int:
+    """The HTML report of this directory (predicting the GPUs the sweep file names, at its prices); a failure
+    to build it is reported, never hides the rows."""
     # The report command's own module, imported when a report is made: with pandas, scipy and matplotlib
     # it costs 0.7 s at the start of every sweep (and of every SLURM task), --no-report or not.
     from bench_core.summary.report import build_report
     try:
-        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html")
+        path = build_report(result_dirs=[out_dir], out_html=out_dir / "report.html",
+                            predict_gpus=plan.predict_gpus if plan else None, prices=plan.prices if plan else None)
     except Exception as exc:  # noqa: BLE001 - the rows are safe; say why the report is missing
         print(f"bench sweep: report failed: {error_message(exc)}", file=sys.stderr)
         return EXIT_FAILED

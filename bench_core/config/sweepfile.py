@@ -8,7 +8,8 @@ from typing import Any
 from bench_core.config.schema import check_known_keys
 from bench_core.errors import ConfigError
 
-SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated", "runs")
+SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated", "runs",
+              "predict_gpus", "price")  # the last two are the report's: the GPUs it predicts, and their prices
 
 
 # What a sweep does with a precision this machine only emulates (bench sysinfo): run it (marked

@@ -1,4 +1,5 @@
 """Predicting a GPU that was not measured from one that was: spec sheets (specs.py), the model
-(model.py), its error on published pairs (published.py), the groups whose pairs give a prediction its
-band (groups.py), and predictions from our rows (measured.py). See docs/prediction.md.
+(model.py), its error on published pairs (published.py) and on our own GPU pairs (own.py), the groups
+whose pairs give a prediction its interval (groups.py), predictions from our rows (measured.py), what a
+GPU costs an hour (prices.py) and the error tables docs/prediction.md states (tables.py).
 """

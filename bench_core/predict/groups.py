@@ -17,6 +17,16 @@ GROUPS = (GPU_TRAINING, INFERENCE, LLM_TRAINING, SMALL_BATCH, CPU_SOURCE)
 SMALL_STEP_FLOOR_SHARE = 0.25
 SMALL_BATCH_BELOW = 32
 LLM_TASKS = ("causal-lm",)
+# What puts a row in each group, in words: what docs/prediction.md and `bench predict --help` say (both
+# generated from this, bench_core/predict/tables.py), beside the pairs each group holds.
+RULES = {
+    GPU_TRAINING: "a GPU row in train mode, not an LLM, whose step is not small",
+    INFERENCE: "a GPU row in infer or generate mode whose step is not small",
+    LLM_TRAINING: "a GPU row of a causal LM in train mode",
+    SMALL_BATCH: (f"any GPU row whose step is small: its launch floor is {SMALL_STEP_FLOOR_SHARE * 100:.0f} % or more of its "
+                  f"ideal time on the measured GPU (where the ops were not counted: a batch below {SMALL_BATCH_BELOW})"),
+    CPU_SOURCE: "any CPU row: no prediction, the GPU's roofline bound for the FLOPs and bytes the run counted ('at most')",
+}
 
 
 def group_of(device_type: str | None, mode: str | None, task: str | None, batch_size,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench_core.errors import ConfigError
@@ -21,7 +22,8 @@ from bench_core.measure.noise import current_flags
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
 from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
-from bench_core.predict.published import error_table
+from bench_core.predict.prices import Price, cost_per_million, prices_with
+from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_between
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
@@ -56,9 +58,32 @@ def configurations(rows: list[dict]) -> list[dict]:
         for k in NEEDED:
             values = [float(r[k]) for r in group if isinstance(r.get(k), (int, float)) and r[k] > 0]
             merged[k] = statistics.median(values) if values else None
+        # The workload's own unit (tokens for a sequence model's samples): what a cost per million counts.
+        units = [r["throughput"] / r["samples_per_s"] for r in group
+                 if isinstance(r.get("throughput"), (int, float)) and isinstance(r.get("samples_per_s"), (int, float))
+                 and r["throughput"] > 0 and r["samples_per_s"] > 0]
+        merged["units_per_sample"] = statistics.median(units) if units else 1.0
+        merged["throughput_unit"] = (first.get("throughput_unit") if units else None) or first.get("sample_unit")
         merged["repeats"] = len(group)
         out.append(merged)
     return out
+
+
+# The settings of a configuration that a table of predictions would otherwise leave out, with the value
+# that needs no word: two rows that differ only in one of them are told apart by it.
+SETTINGS = (("compile", "off"), ("channels_last", False), ("parallelism", "ddp"), ("tp_degree", 1),
+            ("activation_checkpointing", "none"))
+
+
+def settings_text(conf: dict) -> str:
+    """'compile default; channels_last; fsdp': the settings of `conf` that are not the plain default."""
+    said = []
+    for name, plain in SETTINGS:
+        value = conf.get(name)
+        if value in (None, "", plain) or str(value) == str(plain):
+            continue
+        said.append(name if value is True else f"{name} {value}" if name != "parallelism" else str(value))
+    return "; ".join(said)
 
 
 def profile_of(conf: dict) -> Profile:
@@ -109,22 +134,45 @@ def group_of(conf: dict, src: Setup | None = None) -> str:
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
 
 
-def bands() -> dict[str, tuple[float, int, float] | None]:
-    """Each group's band, the pairs behind it and the worst factor among them: the median |error| of the
-    published pairs of that group, or None where no pair was measured (the band would be a guess). A CPU
-    source has none: it gives a bound, not a prediction."""
+@dataclass(frozen=True)
+class Band:
+    """What a group's published pairs say of a prediction: measured / predicted lay within [low, high] on
+    COVERAGE of them (published.interval); with the median |error| and the worst factor beside."""
+    low: float
+    high: float
+    pairs: int
+    median_abs_error: float
+    worst_factor: float
+
+
+def bands() -> dict[str, Band | None]:
+    """Each group's interval from its published pairs, or None where no pair was measured (it would be a
+    guess). A CPU source has none: it gives a bound, not a prediction."""
     table = {r["group"]: r for r in error_table()}
-    return {g: (table[g]["median_abs_error"], table[g]["pairs"], table[g]["worst_factor"])
+    return {g: Band(table[g]["interval_low"], table[g]["interval_high"], table[g]["pairs"],
+                    table[g]["median_abs_error"], table[g]["worst_factor"])
             if g in table and g != CPU_SOURCE else None for g in GROUPS}
 
 
-def band_text(group: str, measured: tuple[float, int, float] | None) -> str:
+def band_text(group: str, band: Band | None) -> str:
     if group == CPU_SOURCE:
         return "none: a roofline bound (a CPU run's efficiency says nothing of a GPU's)"
-    if measured is None:
+    if band is None:
         return f"none: unvalidated ({group}: no measured pair)"
-    error, pairs, worst = measured
-    return f"±{error:.0%} ({group}: median error of {pairs} published pairs, the worst off by {worst:.1f}x)"
+    return (f"{band.low:.2f}x-{band.high:.2f}x the prediction ({group}: {COVERAGE * 100:.0f} % of its {band.pairs} "
+            f"published pairs measured within it, the {QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th percentile "
+            f"of measured / predicted; median error {band.median_abs_error * 100:.0f} %, the worst off by "
+            f"{band.worst_factor:.1f}x)")
+
+
+def pair_text(pair: dict | None) -> str | None:
+    """A published pair of the same two GPUs, beside a prediction: its ratio, the model's, and its error."""
+    if pair is None:
+        return None
+    workload = f"{pair['source']} {pair['model']} {pair['mode']} {pair['precision']} (as {pair['math_to']})"
+    return (f"{workload}: {pair['gpu_to']} / {pair['gpu_from']} published "
+            f"{pair['actual'] / pair['measured_from']:.2f}x, the model {pair['predicted'] / pair['measured_from']:.2f}x "
+            f"(error {pair['error'] * 100:+.0f} %)")
 
 
 def refusal(conf: dict) -> str | None:
@@ -138,59 +186,104 @@ def refusal(conf: dict) -> str | None:
     return None
 
 
-def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1,
-                terms: tuple[str, ...] = TERMS) -> tuple[list[dict], list[str]]:
-    """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped."""
+def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
+                prices: dict[str, Price] | None = None) -> tuple[list[dict], list[str]]:
+    """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped.
+    prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with())."""
     rows, notes = [], []
-    measured_bands = bands()
     for conf in configurations(ok_rows(result_dir)):
-        size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
-        label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
-                 f"{conf.get('device_name') or 'a device the row does not name'}")
-        why = refusal(conf)
-        missing = [k for k in NEEDED if not conf.get(k)]
-        if why or missing:
-            notes.append(f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted")
-            continue
-        bound = group_of(conf) == CPU_SOURCE
-        try:  # a bound needs no source device: only the counts and the target's ceilings
-            src = None if bound else source_setup(conf)
-        except ConfigError as exc:
-            notes.append(f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted")
-            continue
-        group = group_of(conf, src)
-        # A small batch whose ops were not counted (rows older than ops_per_step) and not measured host-bound is
-        # predicted without the host-bound term, and the group's band measures the model with it: no band fits.
-        uncounted = group == SMALL_BATCH and not eager_ops(conf) and not measured_host_bound(conf)
-        measured = None if uncounted else measured_bands[group]
-        for spec in gpus:
-            dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
-            if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
-                t = times(profile_of(conf), dst, terms)
-                value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
-                floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
-                if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
-                    value, binds = floor
-            else:
-                p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf))
-                value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-            error = measured[0] if measured else None
-            rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
-                         "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
-                         "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
-                         else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
-                         "gpu": f"{devices}x {spec.gpu}", "predicted": value, "kind": "bound" if bound else "prediction",
-                         "group": group, "band": error,
-                         "band_text": UNCOUNTED if uncounted else band_text(group, measured),
-                         "low": value * (1 - error) if error else None, "high": value * (1 + error) if error else None,
-                         "binds": binds, "efficiency": efficiency, "math": dst.math,
-                         "sample_unit": conf.get("sample_unit") or "samples/s",
-                         "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
-                                       if disturbances(conf.get("noise_flags")) else None),
-                         "note": note})
+        found, note = predict_conf(conf, gpus, devices, terms, prices)
+        rows += found
+        notes += [note] if note else []
     return rows, notes
 
 
+def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
+                 prices: dict[str, Price] | None = None) -> tuple[list[dict], str | None]:
+    """One configuration (configurations()) predicted on each GPU, or a note on why it is not."""
+    prices = prices_with() if prices is None else prices
+    size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
+    label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
+             f"{conf.get('device_name') or 'a device the row does not name'}")
+    why = refusal(conf)
+    missing = [k for k in NEEDED if not conf.get(k)]
+    if why or missing:
+        return [], f"{label}: {why or 'no ' + ', '.join(missing) + ' in its rows'}: not predicted"
+    bound = group_of(conf) == CPU_SOURCE
+    try:  # a bound needs no source device: only the counts and the target's ceilings
+        src = None if bound else source_setup(conf)
+    except ConfigError as exc:
+        return [], f"{label}: {str(exc).split(': ', 1)[-1]}: not predicted"
+    group = group_of(conf, src)
+    # A small batch whose ops were not counted (rows older than ops_per_step) and not measured host-bound is
+    # predicted without the host-bound term, and the group's interval measures the model with it: no interval fits.
+    uncounted = group == SMALL_BATCH and not eager_ops(conf) and not measured_host_bound(conf)
+    group_band, rows = bands()[group], []
+    for spec in gpus:
+        dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
+        if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
+            t = times(profile_of(conf), dst, terms)
+            value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
+            floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
+            if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
+                value, binds = floor
+        else:
+            p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf))
+            value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
+        above = above_roofline(efficiency, src, dst, roofline(times(profile_of(conf), dst, terms), dst))
+        band = None if uncounted or above else group_band
+        band_said = UNCOUNTED if uncounted else ABOVE_BAND if above else band_text(group, band)
+        pair = None if bound else pair_between(src.gpu.gpu, spec.gpu, (src.gpus, devices), conf["model"],
+                                                conf["mode"], dst.math, conf["batch_size"])
+        rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
+                     "batch_size": conf["batch_size"], "input_shape": conf["input_shape"],
+                     "settings": settings_text(conf),
+                     "measured_on": f"{int(conf.get('world_size') or 1)}x {conf.get('device_name')}" if bound
+                     else f"{src.gpus}x {src.gpu.gpu}", "measured": conf["samples_per_s"],
+                     "gpu": f"{devices}x {spec.gpu}", "devices": devices, "predicted": value, "kind": "bound" if bound else "prediction",
+                     "group": group, "coverage": COVERAGE if band else None, "band_text": band_said,
+                     "low": value * band.low if band else None, "high": value * band.high if band else None,
+                     "ratio": None if bound else value / conf["samples_per_s"],
+                     "published_pair": pair_text(pair), "published_pair_error": pair["error"] if pair else None,
+                     "binds": binds, "efficiency": efficiency, "above_roofline": above, "math": dst.math,
+                     "sample_unit": conf.get("sample_unit") or "samples/s",
+                     # A bound uses the run's counts, never its timing: a disturbed CPU run bounds a GPU as well.
+                     "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
+                                   if disturbances(conf.get("noise_flags")) and not bound else None),
+                     "note": note, **costs(conf, value, band, devices, prices.get(spec.gpu))})
+    return rows, None
+
+
+def costs(conf: dict, value: float, band: Band | None, devices: int, price: Price | None) -> dict:
+    """A prediction in the workload's own unit (tokens/s for a sequence model) and what a million of its
+    items cost on the predicted GPUs at `price`, with the cost at each end of the interval."""
+    per = conf.get("units_per_sample") or 1.0
+    cost = cost_per_million(price, devices, value * per)
+    return {"throughput_unit": conf.get("throughput_unit") or conf.get("sample_unit") or "samples/s",
+            "predicted_throughput": value * per, "price_per_hour": price.price_per_hour if price else None,
+            "currency": price.currency if price else None, "price_from": price.text() if price else None,
+            "cost_per_million": cost,
+            "cost_low": cost / band.high if cost and band else None,  # the faster end of the interval costs less
+            "cost_high": cost / band.low if cost and band else None}
+
+
+def above_roofline(efficiency: float | None, src: Setup | None, dst: Setup, target_roofline: float) -> str | None:
+    """What a measured efficiency above 1 says, or None: the source ran faster than its roofline for the
+    counted FLOPs and bytes, so the count holds more than the GPU did (the byte count takes every byte
+    from memory: data a step reuses from cache is counted again; or the row was counted by an older
+    counter). The efficiency is carried over as measured, so the prediction keeps the two GPUs' ratio of
+    ceilings and stands above the target's roofline for the same counts; it gets no interval (its
+    group's pairs were counted right)."""
+    if efficiency is None or efficiency <= 1:
+        return None
+    return (f"efficiency {efficiency:.1%} on {src.gpu.gpu}: faster than notebook-bench's roofline for the counted "
+            f"FLOPs and bytes, so the count holds more than the GPU moved (data reused from cache, which the count "
+            f"leaves out, or a count by an older version: re-measure to recount); carried over as measured, the "
+            f"prediction stands above {dst.gpu.gpu}'s roofline for these counts ({target_roofline:.4g}/s)")
+
+
+ABOVE_BAND = ("none: its source ran above its own roofline (efficiency above 100 %), so its counts are not like those "
+              "of the pairs an interval comes from")
 UNCOUNTED = ("none: unvalidated (small batches: no count of an eager step's kernels (a compiled step, or a run from "
              "before bench counted them), so the host-bound term its group's pairs were measured with cannot apply)")
 BOUND_NOTE = ("the GPU's roofline bound for the counted FLOPs and bytes (efficiency 1: no efficiency carried over "

@@ -1,6 +1,6 @@
 """The model against every published pair: two published figures of one workload, from one run group
 (same source, same software), on two GPUs or on N GPUs against fewer. Each member is predicted
-from the other; the error table is what docs/prediction.md states and tests/test_predict.py checks.
+from the other; bench_core/predict/tables.py writes the error table docs/prediction.md states.
 
 The rows are bench_core/data/reference.csv (the report's published figures; `spec_gpu` names the
 spec sheet, `network_gbps` the link between nodes, `run_group` what was measured together); what a
@@ -8,41 +8,30 @@ sample costs is bench_core/data/workload_profiles.csv (counted by `bench run` on
 """
 from __future__ import annotations
 
-import csv
 import functools
-import importlib.resources
 import itertools
 import math
 import statistics
-import sys
-from pathlib import Path
 
-from bench_core.files import atomic_write_text
 from bench_core.predict.groups import GROUPS, group_of
 from bench_core.predict.model import TERMS, Profile, Setup, floor_share, predict, relative_error, without
-from bench_core.predict.specs import Spec, math_class, specs
+from bench_core.predict.specs import Spec, data_rows, math_class, specs
 
 # Which profile a precision's bytes come from: fp32 and TF32 move 4-byte activations, the rest 2.
 PROFILE_PRECISION = {"fp32": "fp32", "tf32": "fp32"}
 
 
-def _data_rows(name: str) -> list[dict]:
-    path = importlib.resources.files("bench_core") / "data" / name
-    with importlib.resources.as_file(path) as p, open(p, newline="") as handle:
-        return list(csv.DictReader(line for line in handle if line.strip() and not line.startswith("#")))
-
-
 @functools.cache
 def tasks() -> dict[str, str]:
     """model -> task (classification, masked-lm, causal-lm), from workload_profiles.csv."""
-    return {r["model"]: r["task"] for r in _data_rows("workload_profiles.csv")}
+    return {r["model"]: r["task"] for r in data_rows("workload_profiles.csv")}
 
 
 @functools.cache
 def profiles() -> dict[tuple, Profile]:
     """(model, mode, input_shape, fp32 | amp) -> Profile, from workload_profiles.csv."""
     out = {}
-    for r in _data_rows("workload_profiles.csv"):
+    for r in data_rows("workload_profiles.csv"):
         out[(r["model"], r["mode"], r["input_shape"], r["precision"])] = Profile(
             float(r["flops_per_sample"]), float(r["flop_op_bytes_per_sample"]), float(r["other_bytes_per_sample"]),
             float(r["flop_op_bytes_per_step"]), float(r["other_bytes_per_step"]), float(r["grad_bytes_per_step"]),
@@ -59,7 +48,7 @@ def published_rows() -> tuple[dict, ...]:
     """Published throughput rows a prediction can use: a spec sheet with memory figures, samples/s."""
     by_name = {s.gpu: s for s in specs()}
     out = []
-    for r in _data_rows("reference.csv"):
+    for r in data_rows("reference.csv"):
         spec = by_name.get(r["spec_gpu"])
         if r["metric"] != "samples_per_s" or spec is None or not spec.predictable():
             continue
@@ -115,7 +104,8 @@ def pair_kind(a: dict, b: dict) -> str:
     return SCALING if a["spec"].gpu == b["spec"].gpu else GPU_TO_GPU
 
 
-def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
+@functools.cache
+def predictions(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
     """One row per ordered pair: what was predicted from what, the prediction, the error."""
     rows = published_rows()
     out = []
@@ -135,25 +125,66 @@ def predictions(terms: tuple[str, ...] = TERMS) -> list[dict]:
                     "batch": src.batch,
                     "from": f"{a['gpus']}x {a['spec'].gpu} ({src.math})", "to": f"{b['gpus']}x {b['spec'].gpu} ({dst.math})",
                     "measured_from": a["value"], "actual": b["value"], "predicted": p.value,
-                    "error": relative_error(p.value, b["value"]), "binds": p.target.binds, "source": a["source"]})
-    return out
+                    "error": relative_error(p.value, b["value"]), "binds": p.target.binds, "source": a["source"],
+                    "mode": a["mode"], "gpu_from": a["spec"].gpu, "gpu_to": b["spec"].gpu, "gpus_from": a["gpus"],
+                    "gpus_to": b["gpus"], "math_from": src.math, "math_to": dst.math})
+    return tuple(out)
 
 
-def summarize(rows: list[dict], by: str | None) -> list[dict]:
-    """Median and worst |error| (and the worst factor off), per value of `by` and over all."""
+# The interval a prediction carries: the range of measured / predicted that holds COVERAGE of its group's
+# pairs, from the QUANTILES[0] to the QUANTILES[1] quantile (asymmetric where the errors are). A median
+# |error| read as a band held for only half of its pairs (51 % of GPU-to-GPU training's).
+COVERAGE = 0.8
+QUANTILES = (0.1, 0.9)
+
+
+def interval(ratios: list[float]) -> tuple[float, float]:
+    """The QUANTILES of measured / predicted, each taken at the pair at or beyond it (rounded outward, no
+    interpolation), so the interval holds at least COVERAGE of the pairs, its ends among them."""
+    ordered = sorted(ratios)
+    last = len(ordered) - 1
+    return ordered[math.floor(QUANTILES[0] * last)], ordered[math.ceil(QUANTILES[1] * last)]
+
+
+# Math classes that run at one width: a bf16 prediction is nearest a published fp16 pair, tf32 an fp32 one.
+WIDTH = {"fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8}
+
+
+def pair_between(gpu_from: str, gpu_to: str, gpus: tuple[int, int], model: str, mode: str, cls: str,
+                 batch: float | None = None) -> dict | None:
+    """The published pair (the full model's prediction of it) nearest to a prediction from `gpu_from` to
+    `gpu_to` at these GPU counts in this mode: of the same math class `cls` if there is one, else of the same
+    width (fp16 for bf16); then of the same model; among equals, the nearest batch. None where the two GPUs
+    were never published together in this mode."""
+    found = [r for r in predictions() if (r["kind"], r["gpu_from"], r["gpu_to"], r["gpus_from"], r["gpus_to"], r["mode"])
+             == (GPU_TO_GPU, gpu_from, gpu_to, *gpus, mode)]
+
+    def distance(r: dict) -> tuple:
+        far = abs(math.log(r["batch"] / batch)) if r["batch"] and batch else math.inf
+        return r["math_to"] != cls, WIDTH.get(r["math_to"]) != WIDTH.get(cls), r["model"] != model, far
+    return min(found, key=distance, default=None)
+
+
+def summarize(rows, by: str | None) -> list[dict]:
+    """Median and worst |error| (and the worst factor off), the COVERAGE interval of measured / predicted
+    and the share of the pairs inside it, per value of `by` and over all."""
     groups = {}
     for r in rows:
         groups.setdefault(r[by] if by else "all pairs", []).append(r)
     if by:
-        groups["all pairs"] = rows
+        groups["all pairs"] = list(rows)
     out = []
     for name, group in groups.items():
         errors = [abs(r["error"]) for r in group]
         factors = [max(r["predicted"] / r["actual"], r["actual"] / r["predicted"]) for r in group]
         worst = max(group, key=lambda r: abs(r["error"]))
+        ratios = [r["actual"] / r["predicted"] for r in group]
+        low, high = interval(ratios)
         out.append({"group": name, "pairs": len(group), "median_abs_error": statistics.median(errors),
                     "worst_abs_error": max(errors), "worst_factor": max(factors),
                     "within_15pct": sum(e <= 0.15 for e in errors) / len(errors),
+                    "interval_low": low, "interval_high": high,
+                    "inside_interval": sum(low <= x <= high for x in ratios) / len(ratios),
                     "worst_pair": f"{worst['from']} -> {worst['to']} ({worst['precision']})"})
     return out
 
@@ -170,53 +201,22 @@ def error_table(terms: tuple[str, ...] = TERMS) -> list[dict]:
             + sorted(by_group, key=lambda r: order.get(r["group"], len(order))))
 
 
+def group_sources() -> dict[str, str]:
+    """Per group, the published workloads whose pairs it holds (source, model, mode: pairs), from the data."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in predictions():
+        name = f"{r['source']} {r['model']} {r['mode']}"
+        counts.setdefault(r["group"], {}).setdefault(name, 0)
+        counts[r["group"]][name] += 1
+    return {g: ", ".join(f"{name} ({n})" for name, n in sorted(c.items())) for g, c in counts.items()}
+
+
 def ablations() -> list[dict]:
     """The overall median and worst error of the full model and of the model without each term."""
     out = []
     for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS]:
         total = summarize(predictions(terms), None)[0]
         out.append({"model": name, **{k: total[k] for k in ("pairs", "median_abs_error", "worst_abs_error",
-                                                            "worst_factor", "within_15pct")}})
+                                                            "worst_factor", "within_15pct", "interval_low",
+                                                            "interval_high")}})
     return out
-
-
-def fmt_pct(x: float) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
-
-
-# docs/prediction.md holds the tables below between these markers; tests/test_predict.py checks
-# them against the data, and `python -m bench_core.predict.published --write` rewrites them.
-DOC_START, DOC_END = "<!-- error-table:start (generated) -->", "<!-- error-table:end -->"
-
-
-def markdown() -> str:
-    """The error table and the term ablation as markdown, as docs/prediction.md states them."""
-    lines = ["| workload or group | pairs | median abs. error | worst abs. error | worst factor | within 15 % | worst pair |",
-             "|---|---:|---:|---:|---:|---:|---|"]
-    for r in error_table():
-        lines.append(f"| {r['group']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
-                     f"{fmt_pct(r['worst_abs_error'])} | {r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} | "
-                     f"{r['worst_pair']} |")
-    lines += ["", "| model | pairs | median abs. error | worst abs. error | worst factor | within 15 % |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in ablations():
-        lines.append(f"| {r['model']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
-                     f"{fmt_pct(r['worst_abs_error'])} | {r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} |")
-    return "\n".join(lines)
-
-
-def doc_block(text: str) -> str | None:
-    """The generated block of a docs/prediction.md text, or None when its markers are missing."""
-    if DOC_START not in text or DOC_END not in text:
-        return None
-    return text[text.index(DOC_START) + len(DOC_START):text.index(DOC_END)].strip()
-
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "prediction.md"
-
-if __name__ == "__main__":  # python -m bench_core.predict.published [--write]
-    if sys.argv[1:] == ["--write"]:
-        text = DOC.read_text()
-        start, end = text.index(DOC_START) + len(DOC_START), text.index(DOC_END)
-        atomic_write_text(DOC, text[:start] + "\n" + markdown() + "\n" + text[end:])
-    print(markdown())

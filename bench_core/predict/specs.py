@@ -4,8 +4,10 @@ each figure with its source.
 """
 from __future__ import annotations
 
+import csv
 import difflib
 import functools
+import importlib.resources
 import re
 from dataclasses import dataclass, field
 
@@ -14,6 +16,13 @@ from bench_core.measure.peaks import NO_UNITS, PEAK_CLASS, PEAK_QUANTITIES, UNPU
 
 # What a prediction needs beyond the peaks; a GPU without them is not predictable.
 REQUIRED = ("memory_gbps", "memory_gb", "link_gbps")
+
+
+def data_rows(name: str) -> list[dict]:
+    """The rows of a shipped table, bench_core/data/<name> (lines starting with # are its notes)."""
+    path = importlib.resources.files("bench_core") / "data" / name
+    with importlib.resources.as_file(path) as p, open(p, newline="") as handle:
+        return list(csv.DictReader(line for line in handle if line.strip() and not line.startswith("#")))
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,26 @@ def spec(name: str, field_name: str = "gpu") -> Spec:
         difflib.get_close_matches(name.strip(), names, n=2, cutoff=0.5)
     hint = f" (did you mean {' or '.join(guesses[:3])}?)" if name.strip() and guesses else ""
     raise ConfigError(field_name, f"unknown GPU '{name}'{hint}; allowed: {', '.join(names)}")
+
+
+# The GPUs a person compares today: what the report predicts (its Predicted GPUs and cost frontier) unless
+# the user names others (`bench report --predict-gpus`, a sweep file's `predict_gpus`). One per generation
+# and class of the data-centre GPUs rented by the hour (each has an on-demand price in gpu_prices.csv):
+# L4 (Ada, inference), A100 80 GB (Ampere), H100 SXM and H200 (Hopper: the pair notebook-bench measures),
+# B200 (Blackwell).
+COMPARED_TODAY = ("L4", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200")
+
+
+def gpu_list(value, field_name: str = "predict_gpus") -> tuple[str, ...]:
+    """GPU names as a sweep file (a list) or a flag (`A,B`: text separated by commas) gives them, each
+    checked as `bench predict --gpu` checks it (exit 2 naming the field); nothing given: COMPARED_TODAY."""
+    items = ([] if value is None else value.split(",") if isinstance(value, str)
+             else list(value) if isinstance(value, (list, tuple)) else [None])
+    if not all(isinstance(item, str) for item in items):
+        raise ConfigError(field_name, f"must be a list of GPU names, got {value!r}; allowed: "
+                                      f"{', '.join(predictable_names())}")
+    names = [item.strip() for item in items if item.strip()]
+    return tuple(dict.fromkeys(spec(name, field_name).gpu for name in names)) or COMPARED_TODAY
 
 
 def spec_for_device(device_name: str) -> Spec | None:

@@ -5,6 +5,10 @@ batch, devices, compile, channels_last) is one point: median throughput against 
 million of the workload's items (images, volumes, tokens: its throughput unit). A point is on the Pareto frontier when no other point is at least as fast and at
 least as cheap, and better in one. The pick is the cheapest configuration within
 `NEAR_FASTEST` of the fastest. Prices come from the rows (`price_per_hour` per device-hour).
+
+GPUs that were not measured are drawn beside them, hollow and marked predicted (the report's Predicted
+GPUs section: summary/predicted.py), at an on-demand price per GPU-hour, with their interval; they are
+never on the frontier nor the pick, which only measured points make.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from bench_core.summary.html import (
     show_table,
 )
 from bench_core.summary.load import WORKLOAD, Results, unit_items
+from bench_core.summary.predicted import predicted_table
 from bench_core.summary.text import currency_text, num_text, with_currency
 
 NEAR_FASTEST = 0.10   # "within 10 % of the fastest"
@@ -42,11 +47,33 @@ def cost_points(res: Results) -> pd.DataFrame:
         price_per_hour=("price_per_hour", "median"), currency=("currency", "first")).reset_index()
     points["pareto"] = False
     points["pick"] = False
+    points["predicted"] = False
     for _, group in points.groupby(GROUP, dropna=False, sort=False):
         points.loc[group.index, "pareto"] = pareto_front(group["throughput"].to_numpy(),
                                                          group["cost_per_million"].to_numpy())
         points.loc[cheapest_near_fastest(group), "pick"] = True
     return points
+
+
+def predicted_points(table: pd.DataFrame) -> pd.DataFrame:
+    """The predicted GPUs with a price (predicted_table's rows) as points: throughput in the workload's own unit,
+    its interval (q25/q75 hold the interval's ends here), and the cost per million items at its price. Bounds
+    from a CPU run ("at most") are left out: their cost is a floor, not a point."""
+    if table.empty:
+        return pd.DataFrame()
+    rows = table[(table["kind"] == "prediction") & table["cost_per_million"].notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    per = rows["predicted_throughput"] / rows["predicted"]
+    return pd.DataFrame({
+        "model": rows["model"], "mode": rows["mode"], "input_shape": rows["input_shape"],
+        "machine": [f"{g} (predicted from {m})" for g, m in zip(rows["gpu"], rows["measured_on"])],
+        "gpu": rows["gpu"], "precision": rows["precision"], "batch_size": rows["batch_size"],
+        "world_size": rows["devices"], "throughput": rows["predicted_throughput"],
+        "q25": rows["low"] * per, "q75": rows["high"] * per, "throughput_unit": rows["throughput_unit"],
+        "price_per_hour": rows["price_per_hour"], "currency": rows["currency"],
+        "cost_per_million": rows["cost_per_million"], "price_from": rows["price_from"],
+        "pareto": False, "pick": False, "predicted": True}).reset_index(drop=True)
 
 
 def pareto_front(speed: np.ndarray, cost: np.ndarray) -> np.ndarray:
@@ -95,20 +122,34 @@ def option_text(point: pd.Series) -> str:
 
 
 @section
-def show_cost_frontier(res: Results) -> None:
+def show_cost_frontier(res: Results, predict_gpus=None, prices=None) -> None:
     import matplotlib.pyplot as plt
     sns = seaborn()
     points = cost_points(res)
-    if points.empty:
+    predicted = predicted_points(predicted_table(res, predict_gpus, prices)[0])
+    if points.empty and predicted.empty:
         absent("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "
              "device, or `bench run --price-per-hour`).")
         return
+    if points.empty:
+        note("No measured configuration has a price per device-hour (`price_per_hour`), so there is no frontier; "
+             "the predicted GPUs' costs at on-demand prices are in the table below.")
+        show_cost_table(predicted)
+        return
+    # Predicted points join a panel only in the measured points' currency: two currencies never share an axis.
+    same = predicted[predicted["currency"].isin(set(points["currency"].dropna()) or {None})] \
+        if not predicted.empty else predicted
+    if len(same) < len(predicted):
+        note(f"Predicted GPUs priced in {currency_text(predicted)} are not drawn beside measured prices in "
+             f"{currency_text(points)}: give their prices in that currency (`--price NAME=PRICE:CUR`); their costs "
+             "are in the table below.")
     # A panel of one option compares nothing: its figures are in the table below.
-    groups = [(key, group) for key, group in points.groupby(GROUP, dropna=False, sort=False) if len(group) >= 2]
+    groups = [(key, group, same_group(same, key)) for key, group in points.groupby(GROUP, dropna=False, sort=False)
+              if len(group) + len(same_group(same, key)) >= 2]
     if not groups:
         note("Every workload here ran in one configuration on one machine: its cost is in the table below. Two or "
              "more (machines, precisions, batch sizes) of one workload draw its cost frontier.")
-        show_cost_table(points)
+        show_cost_table(pd.concat([points, predicted], ignore_index=True))
         return
     columns = min(3, len(groups))
     rows = int(np.ceil(len(groups) / columns))
@@ -116,7 +157,7 @@ def show_cost_frontier(res: Results) -> None:
     width, height = (6.4, 4.4) if columns == 1 else (FIG_WIDTH_IN / columns, 3.6)
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
     hue_order = sorted(points["machine"].unique())
-    for ax, (key, group) in zip(axes.flat, groups):
+    for ax, (key, group, guess) in zip(axes.flat, groups):
         sns.scatterplot(data=group, x="cost_per_million", y="throughput", hue="machine",
                         style="precision", hue_order=hue_order, s=60, ax=ax, legend=ax is axes.flat[0])
         ax.errorbar(group["cost_per_million"], group["throughput"],
@@ -128,12 +169,14 @@ def show_cost_frontier(res: Results) -> None:
         pick = group[group["pick"]].iloc[0]
         ax.scatter([pick["cost_per_million"]], [pick["throughput"]], s=220, facecolors="none",
                    edgecolors="crimson", linewidths=1.6, zorder=3)
+        draw_predicted(ax, guess)
+        both = pd.concat([group, guess], ignore_index=True)
         unit = group["throughput_unit"].iloc[0]
         ax.set(title=" · ".join(str(k) for k in key),
-               xlabel=with_currency(f"cost per million {unit_items(unit)}", group) + " (log)",
+               xlabel=with_currency(f"cost per million {unit_items(unit)}", both) + " (log)",
                ylabel=f"{unit} (log)")
-        log_axis(ax.xaxis, group["cost_per_million"], min_span=3)
-        log_axis(ax.yaxis, pd.concat([group["q25"], group["q75"], group["throughput"]]), min_span=3)
+        log_axis(ax.xaxis, both["cost_per_million"], min_span=3)
+        log_axis(ax.yaxis, pd.concat([both["q25"], both["q75"], both["throughput"]]).dropna(), min_span=3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     legend = axes.flat[0].get_legend()
@@ -142,9 +185,11 @@ def show_cost_frontier(res: Results) -> None:
         legend.remove()
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=4, fontsize=9, frameon=False)
     fig.suptitle("Throughput against cost. Dashed line: the Pareto frontier; red ring: the cheapest\n"
-                 f"within {NEAR_FASTEST:.0%} of the fastest; bars: interquartile range of the repeats", y=1.04)
+                 f"within {NEAR_FASTEST:.0%} of the fastest; bars: interquartile range of the repeats; hollow\n"
+                 "diamonds: GPUs not measured, predicted, with their interval", y=1.08)
     fig.tight_layout()
-    show_figure(fig, "Cost frontier: throughput against cost per million items (images, tokens), per workload")
+    show_figure(fig, "Cost frontier: throughput against cost per million items (images, tokens), per workload, with "
+                     "predicted GPUs hollow beside the measured ones")
     picks = picks_table(points)
     for line in picks.to_dict("records"):
         paragraph(f"{line['model']} {line['mode']} {line['input_shape']}: the cheapest within "
@@ -154,11 +199,47 @@ def show_cost_frontier(res: Results) -> None:
                   + ("; it is the fastest too)." if line["pick"] == line["fastest"] else
                      f", {line['slower_pct']:.0f} % slower and {line['cheaper_pct']:.0f} % cheaper than "
                      f"{line['fastest']})."))
-    show_cost_table(points)
+    if not predicted.empty:
+        paragraph("Predicted (hollow diamonds, not measured): "
+                  + "; ".join(dict.fromkeys(f"{g.split('x ', 1)[-1]} at {t}" for g, t in
+                                            zip(predicted["gpu"], predicted["price_from"])))
+                  + ". A prediction is never on the frontier nor the pick; its bar is the interval that holds 80 % of "
+                    "the published pairs of its kind (Predicted GPUs, below).")
+    show_cost_table(pd.concat([points, predicted], ignore_index=True))
+
+
+def same_group(points: pd.DataFrame, key) -> pd.DataFrame:
+    """The rows of `points` of one workload (GROUP's values `key`)."""
+    if points.empty:
+        return points
+    mask = np.ones(len(points), dtype=bool)
+    for column, value in zip(GROUP, key if isinstance(key, tuple) else (key,)):
+        mask &= (points[column] == value).to_numpy()
+    return points[mask]
+
+
+def draw_predicted(ax, guess: pd.DataFrame) -> None:
+    """Predicted GPUs on a panel: hollow black diamonds (no machine's colour), the interval as a bar, each
+    named (its precision too where the panel's predictions differ in it), labels above and below in turn."""
+    if guess.empty:
+        return
+    ax.scatter(guess["cost_per_million"], guess["throughput"], marker="D", s=55, facecolors="none",
+               edgecolors="black", linewidths=1.3, zorder=3)
+    banded = guess[guess["q25"].notna()]
+    ax.errorbar(banded["cost_per_million"], banded["throughput"],
+                yerr=[banded["throughput"] - banded["q25"], banded["q75"] - banded["throughput"]],
+                fmt="none", ecolor="black", elinewidth=0.8, capsize=2, zorder=2)
+    several = guess["precision"].nunique() > 1
+    for i, (x, y, name, precision) in enumerate(zip(guess["cost_per_million"], guess["throughput"], guess["gpu"],
+                                                    guess["precision"])):
+        label = name.split("x ", 1)[-1] + (f" {precision}" if several else "")
+        ax.annotate(label, (x, y), xytext=(5, 5 if i % 2 == 0 else -11), textcoords="offset points", fontsize=7)
 
 
 def show_cost_table(points: pd.DataFrame) -> None:
-    show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "precision": "precision",
+    points = points.assign(measured=["predicted" if p is True else "measured" for p in points["predicted"]])
+    show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "measured": "measured or predicted",
+                        "precision": "precision",
                         "batch_size": "batch / device", "world_size": "devices", "throughput": "throughput",
                         "throughput_unit": "unit", "price_per_hour": with_currency("price / device-hour", points),
                         "cost_per_million": with_currency("cost / million items (of the unit)", points),

@@ -37,8 +37,11 @@ class ReportError(RuntimeError):
     """The summary notebook failed; the executed notebook is kept for a look."""
 
 
-def build_report(result_dirs: list[Path], out_html: Path, title: str = "", baseline: str = "") -> Path:
-    """Execute the summary notebook into <out_html dir>/summary.ipynb, then write out_html (atomically)."""
+def build_report(result_dirs: list[Path], out_html: Path, title: str = "", baseline: str = "",
+                 predict_gpus: list[str] | None = None, prices: list[str] | None = None) -> Path:
+    """Execute the summary notebook into <out_html dir>/summary.ipynb, then write out_html (atomically).
+    predict_gpus, prices: the GPUs the report predicts and their prices per GPU-hour (NAME=PRICE texts),
+    checked by the caller (specs.gpu_list, prices.parse_prices); empty: the defaults."""
     import papermill
 
     out_html = Path(out_html).resolve()
@@ -46,7 +49,8 @@ def build_report(result_dirs: list[Path], out_html: Path, title: str = "", basel
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / "summary.ipynb"
     parameters = {"result_dirs": [str(Path(d).resolve()) for d in result_dirs], "title": str(title or ""),
-                  "baseline": str(baseline or "")}
+                  "baseline": str(baseline or ""), "predict_gpus": list(predict_gpus or []),
+                  "prices": list(prices or [])}
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".summary.", suffix=".ipynb")
     os.close(fd)
     # papermill logs every cell at INFO; the report command prints only the path.

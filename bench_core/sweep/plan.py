@@ -63,6 +63,10 @@ class SweepPlan:
     notes: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # emulated precisions left out (emulated: skip)
     runs: int = 1                       # separate runs of each configuration (runs: N)
+    # The report's: the GPUs it predicts and their prices per GPU-hour, as the file gives them (its keys
+    # predict_gpus and price; checked by the command, bench_core.predict.prices.report_choices).
+    predict_gpus: Any = None
+    prices: Any = None
     folder: str = ""                    # its folder under outputs/: the name, or a selector's own file name
 
     @property
@@ -167,7 +171,7 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
         raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
                                       "here; " + "; ".join(notes))
     plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
-                     notes=notes, skipped=skipped)
+                     notes=notes, skipped=skipped, predict_gpus=data.get("predict_gpus"), prices=data.get("price"))
     return with_runs(plan, data.get("runs", 1))
 
 
