@@ -250,14 +250,14 @@ def test_a_source_measured_host_bound_carries_its_host_time_whatever_its_ops_cou
     (run/busy.py: the GPU busy a fifth of the step), it is the host's: carried over unchanged, said why."""
     flag = noise.host_bound_flag({"device_type": "cuda", "gpu_busy": 0.2})
     (row,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, batch_size=64, noise_flags=flag), [spec("H100-SXM5-80GB")])
-    assert row["group"] == measured.SMALL_BATCH and row["band"] is not None and row["disturbed"] is None
+    assert row["group"] == measured.SMALL_BATCH and row["coverage"] is not None and row["disturbed"] is None
     assert row["predicted"] == pytest.approx(row["measured"])
     assert row["binds"] == ("host (measured host-bound on A100-SXM4-80GB: gpu busy 20%; the measured step "
                             "carried over)")
     # Without a count of its ops, the measurement still says whose step it is, and the group's band applies.
     (uncounted,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, "u", batch_size=4, ops_per_step=None,
                                               noise_flags=flag), [spec("H100-SXM5-80GB")])
-    assert uncounted["band"] is not None and uncounted["binds"].startswith("host (measured host-bound")
+    assert uncounted["coverage"] is not None and uncounted["binds"].startswith("host (measured host-bound")
 
 
 def test_an_emulated_precision_or_a_serving_point_is_refused_and_says_why(cpu_run, tmp_path):
