@@ -47,6 +47,8 @@ def prepare(cfg: BenchConfig) -> tuple[Engine, Path, bool]:
     """The engine, the model folder to serve (the user's, or the named shape written once) and
     whether the engine loads random weights itself."""
     engine = resolve_engine(cfg.engine)
+    if not cfg.server_url:  # before the model folder is written: a refused command leaves nothing behind
+        engine.check_installed()
     dummy = bool(engine.dummy_weights) and not cfg.model_dir
     if cfg.model_dir:
         folder = Path(cfg.model_dir)
