@@ -46,3 +46,69 @@ def test_a_refused_command_writes_nothing_and_says_only_why(capsys, tmp_path, mo
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert every_path(tmp_path) == before, command
     assert done.stdout == "" and done.stderr.count("\n") == 1 and " error: " in done.stderr, done.stderr
+
+
+# -- messages that are true ---------------------------------------------------------------------------------
+
+
+def test_predict_from_a_folder_that_is_not_there_says_so(capsys, tmp_path):
+    done = bench_here(capsys, "predict", "--from", str(tmp_path / "nonexistent"), "--gpu", "H100-SXM5-80GB")
+    assert done.returncode == 2 and "is not a directory" in done.stderr and "no ok rows" not in done.stderr
+
+
+@pytest.mark.parametrize("command, mode", [("ladder", "serve"), ("run --mode generate", "generate")])
+def test_no_model_given_says_the_default_was_taken_and_which_models_run_the_mode(capsys, command, mode):
+    done = bench_here(capsys, *command.split())
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"bench {command.split()[0]}: error: model: none given, so the default (resnet50) "
+                                  f"was taken, and mode {mode} does not apply to it"), done.stderr
+    assert f"models that run mode {mode}: " in done.stderr and "llama-tiny" in done.stderr
+
+
+def test_the_report_counts_configurations_as_the_sweep_does(tmp_path):
+    # cpu-quick's two serving points (1 and 2 users) shared one label, so its report said 32 configurations
+    # where the sweep said 33; and optimizers, which no label names, are configurations of their own too.
+    from bench_core.summary.front import configurations
+    from bench_core.summary.load import load_results
+    from bench_core.sweep.notebook import record_missing
+    from bench_core.sweep.plan import parse_sweep
+    plan = parse_sweep({"grid": [{"model": ["resnet18"], "optimizer": ["sgd", "adam"], "width": [32]},
+                                 {"model": ["llama-tiny"], "mode": ["serve"], "concurrency": [1, 2]}],
+                        "settings": {"device": "cpu"}})
+    for execution in plan.executions:  # the rows a sweep writes for configurations that did not run
+        record_missing(tmp_path, execution.run_name, execution.configs, "error", "not run here")
+    rows = load_results([tmp_path]).rows
+    assert configurations(rows) == len(plan.configs) == 4
+    serving = rows[rows["mode"] == "serve"]["config"]
+    assert serving.nunique() == 2 and all("concurrency" in label and "bs" not in label for label in serving)
+
+
+@pytest.fixture
+def stand_in_engine():
+    """tests/fast_engine.py: an OpenAI-compatible stand-in that answers at once (no model to load)."""
+    import subprocess
+    import sys
+    from bench_core.launch.engine_server import free_port
+    port = free_port()
+    engine = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fast_engine.py")), str(port)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert engine.stdout.readline().strip() == "ready"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        engine.terminate()
+        engine.wait(10)
+
+
+def test_the_ladder_warms_each_load_up_once_and_says_which(capsys, tmp_path, monkeypatch, stand_in_engine):
+    # It printed "serve: 5 warm-up requests" twice before its first point: the ladder warmed the server up, then
+    # the first point did again.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    done = bench_here(capsys, "ladder", "--model", "llama-tiny", "--server-url", stand_in_engine, "--served-model",
+                      "stand-in", "--prompt-len", "8", "--new-tokens", "4", "--steps", "4", "--warmup-steps", "2",
+                      "--repeats", "1", "--max-points", "3", "--device", "cpu", "--out", str(tmp_path / "ladder"))
+    assert done.returncode == 0, done.stderr
+    loads = [line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("ladder: concurrency")]
+    warm_ups = [line for line in done.stderr.splitlines() if "warm-up requests" in line]
+    assert loads and warm_ups == [f"serve: {load}: 2 warm-up requests" for load in loads], done.stderr
+    print(done.stderr, done.stdout)

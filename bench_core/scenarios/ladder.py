@@ -97,9 +97,7 @@ def climb(cfg: BenchConfig, kind: str = "concurrency", start: float = 1, max_poi
     ladder = Ladder(kind)
     own = session is None
     session = session or open_server(cfg, say)
-    try:
-        if own:
-            session.warm_up(cfg)
+    try:  # (each rung's measure warms the server up at its own load first)
         load, best = float(start), None
         for _ in range(max_points):
             # Every user sends at least two requests: with fewer requests than users, some users would never

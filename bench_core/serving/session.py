@@ -105,7 +105,7 @@ class ServingSession:
         """Untimed requests (at most the point's concurrency at once); their failures end the run."""
         if not cfg.warmup_steps:
             return
-        self.say(f"serve: {cfg.warmup_steps} warm-up requests")
+        self.say(f"serve: {describe_load(cfg)}: {cfg.warmup_steps} warm-up requests")
         result = self._point(cfg, cfg.warmup_steps, min(cfg.concurrency or 1, cfg.warmup_steps), None, warm_up=True)
         failed = [r for r in result.records if not r.ok]
         if failed:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bench_core.capability import EMULATED
 from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
+from bench_core.config.serve import load_text
 from bench_core.config.sweepfile import (
     EMULATED_CHOICES,
     MAX_CONFIGS,
@@ -298,7 +299,8 @@ def dry_run(plan: SweepPlan, out_dir: Path) -> int:
         width = max(len(c.precision) for c in execution.configs)
         modes = max(len(c.mode) for c in execution.configs)
         for cfg, shape in zip(execution.configs, inputs):  # a configuration a line: precision, mode, batch (input)
-            print(f"  {cfg.precision:<{width}} {cfg.mode:<{modes}} batch {cfg.batch_size}" + ("" if shared else f", {shape}"))
+            load = load_text(cfg.to_dict()) or f"batch {cfg.batch_size}"  # a serving point's load: it has no batch
+            print(f"  {cfg.precision:<{width}} {cfg.mode:<{modes}} {load}" + ("" if shared else f", {shape}"))
     return EXIT_OK
 
 
