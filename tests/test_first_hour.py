@@ -16,6 +16,12 @@ settings:
 """
 
 
+def serving_dir_unset(monkeypatch) -> None:
+    """No BENCH_SERVING_DIR, and none left behind: a command run in this process sets it for its --out."""
+    monkeypatch.setenv("BENCH_SERVING_DIR", "")
+    monkeypatch.delenv("BENCH_SERVING_DIR")
+
+
 def every_path(*roots: Path) -> set[str]:
     return {str(p) for root in roots for p in root.rglob("*")}
 
@@ -39,7 +45,7 @@ def test_a_refused_command_writes_nothing_and_says_only_why(capsys, tmp_path, mo
     # to the cache and an empty serving/logs folder, then refuse.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("BENCH_SERVING_DIR", raising=False)
+    serving_dir_unset(monkeypatch)
     (tmp_path / "refused.yaml").write_text(SWEEP_WITH_A_BAD_VALUE)
     before = every_path(tmp_path)
     done = bench_here(capsys, *command.split())
@@ -104,6 +110,7 @@ def test_the_ladder_warms_each_load_up_once_and_says_which(capsys, tmp_path, mon
     # It printed "serve: 5 warm-up requests" twice before its first point: the ladder warmed the server up, then
     # the first point did again.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    serving_dir_unset(monkeypatch)
     done = bench_here(capsys, "ladder", "--model", "llama-tiny", "--server-url", stand_in_engine, "--served-model",
                       "stand-in", "--prompt-len", "8", "--new-tokens", "4", "--steps", "4", "--warmup-steps", "2",
                       "--repeats", "1", "--max-points", "3", "--device", "cpu", "--out", str(tmp_path / "ladder"))
@@ -111,4 +118,67 @@ def test_the_ladder_warms_each_load_up_once_and_says_which(capsys, tmp_path, mon
     loads = [line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("ladder: concurrency")]
     warm_ups = [line for line in done.stderr.splitlines() if "warm-up requests" in line]
     assert loads and warm_ups == [f"serve: {load}: 2 warm-up requests" for load in loads], done.stderr
-    print(done.stderr, done.stdout)
+
+
+# -- disturbed figures say so wherever they are printed -----------------------------------------------------
+
+FLAGGED = "other-processes-on-cpu(1.33 cores);noisy-window(cv 0.2)"  # as the sampler writes a busy machine
+
+
+def flagged_row(cfg, **figures) -> dict:
+    from bench_core.results.rows import finish_row, run_fields
+    return finish_row({**run_fields(cfg), "repeat": 0, "status": "ok", "message": "", "noise_flags": FLAGGED,
+                       "samples_per_s": 100.0, "throughput": 100.0, **figures})
+
+
+def test_the_ladder_says_its_points_were_disturbed_in_its_table_and_where_it_stopped():
+    # Its rows carried other-processes-on-cpu(1.33 cores), yet neither its table nor its
+    # "stopped: saturated ..." line said so.
+    from bench_core.cli.ladder import summary_text
+    from bench_core.scenarios.ladder import SATURATED, Ladder, Rung
+    from conftest import tiny
+    cfg = tiny(model="llama-tiny", mode="serve", width=None, height=None)
+    rungs = [Rung(load, [flagged_row(cfg.replace(concurrency=int(load)), output_tokens_per_s=rate, requests_per_s=rate / 16,
+                                     tokens_per_s_per_user=rate / load, ttft_ms_p99=50.0, slo_met=True)])
+             for load, rate in ((1, 100.0), (2, 104.0))]
+    text = summary_text(Ladder("concurrency", rungs, SATURATED, "saturated: output tokens/s 104 at concurrency 2 ..."),
+                        500, 30, None)
+    lines = text.splitlines()
+    assert lines[0].endswith("disturbed by")
+    assert all(line.endswith("DISTURBED: other-processes-on-cpu") for line in lines[1:3]), text
+    assert lines[3].startswith("stopped: saturated") and lines[3].endswith(
+        "; 2 disturbed (other-processes-on-cpu): re-measure on a quiet machine"), text
+
+
+def test_a_sweep_of_disturbed_rows_says_so_in_its_last_line(capsys, tmp_path):
+    # The sweep's progress marked each disturbed figure, but its closing tally did not.
+    from bench_core import results
+    from bench_core.sweep.plan import load_sweep
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text("grid:\n  mode: [train, infer]\nsettings:\n  model: resnet18\n  width: 32\n  height: 32\n"
+                     "  device: cpu\n")
+    out = tmp_path / "out"
+    for execution in load_sweep(sweep).executions:  # measured before, beside other work: complete, so skipped now
+        results.write_run(out, execution.run_name, [flagged_row(cfg) for cfg in execution.configs])
+    done = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--no-report")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].endswith(
+        "; 2 disturbed (other-processes-on-cpu): re-measure on a quiet machine"), done.stdout
+
+
+def test_acceptance_selftest_and_find_batch_mark_a_disturbed_figure(tmp_path):
+    from bench_core import results
+    from bench_core.launch.batch_search import BatchProbe, BatchSearch
+    from bench_core.scenarios.acceptance import Acceptance
+    from bench_core.scenarios.selftest import rate_text
+    from bench_core.summary.acceptance import table
+    from conftest import tiny
+    row = flagged_row(tiny())
+    results.write_run(tmp_path, row["run_id"], [row])
+    lines = table(Acceptance(tmp_path, 60.0), []).splitlines()
+    assert [line for line in lines if line.endswith("DISTURBED: other-processes-on-cpu")], lines
+    assert lines[-1].endswith("; 1 disturbed (other-processes-on-cpu): re-measure on a quiet machine"), lines
+    assert rate_text(row) == "100.0 samples/s (DISTURBED: other-processes-on-cpu)"
+    search = BatchSearch(tiny().to_dict(), 8, 0.1, probes=[BatchProbe(2, "ok", None, 12.5, 1.0,
+                                                                     disturbed_by="other-processes-on-cpu")])
+    assert search.format().splitlines()[1].endswith("DISTURBED: other-processes-on-cpu")

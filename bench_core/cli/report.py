@@ -9,6 +9,7 @@ from pathlib import Path
 from bench_core import results
 from bench_core.errors import ConfigError
 from bench_core.files import check_writable
+from bench_core.results.disturbed import disturbed_note
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 from bench_core.summary.tables import baseline_matches
@@ -51,6 +52,9 @@ def main(args: argparse.Namespace) -> int:
     for line in loaded.notes:
         if "impossible numbers" in line:
             print(f"bench report: warning: {line}", file=sys.stderr)
+    note = disturbed_note(loaded.rows.to_dict("records"))  # rows, as bench run counts them
+    if note:
+        print(f"bench report: note: {note} (the report marks them)", file=sys.stderr)
     print(path)
     return 0
 
