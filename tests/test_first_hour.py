@@ -182,3 +182,27 @@ def test_acceptance_selftest_and_find_batch_mark_a_disturbed_figure(tmp_path):
     search = BatchSearch(tiny().to_dict(), 8, 0.1, probes=[BatchProbe(2, "ok", None, 12.5, 1.0,
                                                                      disturbed_by="other-processes-on-cpu")])
     assert search.format().splitlines()[1].endswith("DISTURBED: other-processes-on-cpu")
+
+
+# -- labels name only what applies --------------------------------------------------------------------------
+
+
+def test_a_text_models_chart_label_names_no_memory_layout(tmp_path):
+    # Beside a resnet measured in both layouts, llama-tiny's label ended in "nchw".
+    from bench_core import results
+    from bench_core.results.rows import finish_row, run_fields
+    from bench_core.summary.html import chart_rows, label_columns
+    from bench_core.summary.load import load_results
+    from conftest import tiny
+    configs = [tiny(), tiny(channels_last=True), tiny(model="llama-tiny", width=None, height=None, seq_len=16)]
+    for cfg in configs:
+        row = finish_row({**run_fields(cfg), "repeat": 0, "status": "ok", "message": "", "samples_per_s": 10.0,
+                          "throughput": 10.0, "task": "causal-lm" if cfg.model == "llama-tiny" else "classification"})
+        results.write_run(tmp_path, row["run_id"], [row])
+    ok = load_results([tmp_path]).ok
+    labels = dict(zip(ok["model"] + ok["channels_last"].astype(str), chart_rows(ok)[0]["label"]))
+    assert labels["resnet18True"].endswith("channels_last") and labels["resnet18False"].endswith("nchw")
+    assert labels["llama-tiny" + "False"].split()[0] == "llama-tiny" and "nchw" not in labels["llama-tinyFalse"], labels
+    grouped = ok.drop(columns="task")  # a table grouped by the workload's fields alone: the model's family says
+    by_model = dict(zip(grouped["model"] + grouped["channels_last"].astype(str), label_columns(grouped)))
+    assert by_model["resnet18False"].endswith("nchw") and not by_model["llama-tiny" + "False"].endswith("nchw")
