@@ -15,9 +15,10 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
-from bench_core.config.schema import MODES, BenchConfig, load_yaml_mapping
+from bench_core.config.schema import MODES, BenchConfig
 from bench_core.config.serve import load_text
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
 from bench_core.results.disturbed import disturbances, disturbed_note

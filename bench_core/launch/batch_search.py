@@ -22,9 +22,9 @@ from bench_core.config.schema import (
     MAX_BATCH,
     MIN_COMPILE_WARMUP_STEPS,
     BenchConfig,
-    check_int,
     check_spread_search,
 )
+from bench_core.config.values import check_int
 from bench_core.devices import Backend, is_foreign_cpu_oom, resolve_device
 from bench_core.errors import ConfigError
 from bench_core.launch.placement import run_placed

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_core.capability import EMULATED
-from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
+from bench_core.config.schema import BenchConfig, check_known_keys
 from bench_core.config.serve import load_text
 from bench_core.config.sweepfile import (
     EMULATED_CHOICES,
@@ -27,6 +27,7 @@ from bench_core.config.sweepfile import (
     parse_runs,
     parse_timeout,
 )
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.devices import Backend, available_devices, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.sweep.notebook import describe, safe_name
