@@ -206,3 +206,42 @@ def test_a_text_models_chart_label_names_no_memory_layout(tmp_path):
     grouped = ok.drop(columns="task")  # a table grouped by the workload's fields alone: the model's family says
     by_model = dict(zip(grouped["model"] + grouped["channels_last"].astype(str), label_columns(grouped)))
     assert by_model["resnet18False"].endswith("nchw") and not by_model["llama-tiny" + "False"].endswith("nchw")
+
+
+# -- every mistake of a file at once ------------------------------------------------------------------------
+
+THREE_MISTAKES = """name: three
+grid:
+  - model: [resnet18, resnet50]
+    precision: [fp32, fp64]
+  - model: [llama-tiny]
+    mode: [generate]
+    prompt_lenght: [64]
+settings:
+  device: cpu
+  batch_sise: 8
+"""
+
+
+def test_a_sweep_file_with_three_mistakes_says_all_three_in_one_run(capsys, tmp_path):
+    # It took three runs to learn them, one a run.
+    sweep = tmp_path / "three.yaml"
+    sweep.write_text(THREE_MISTAKES)
+    out = tmp_path / "out"
+    done = bench_here(capsys, "sweep", str(sweep), "--out", str(out))
+    assert done.returncode == 2 and not out.exists()
+    head, *lines = done.stderr.splitlines()
+    assert head == f"bench sweep: error: 3 mistakes in {sweep}:", done.stderr
+    assert [line.split(":")[0] for line in lines] == ["  batch_sise", "  prompt_lenght", "  precision"]
+    assert "did you mean 'batch_size'?" in lines[0] and "did you mean 'prompt_len'?" in lines[1]
+    assert lines[2].endswith("(grid combination: model='resnet18'; and 1 more)"), lines[2]  # once, not per model
+
+
+def test_a_command_line_with_several_bad_flags_says_each(capsys):
+    done = bench_here(capsys, "run", "--model", "resnet18", "--batch-size", "0", "--steps", "0", "--device", "gpu")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["bench run: error: 3 mistakes:", "  device: got 'gpu'; allowed: auto, cpu, "
+                                        "cuda, cuda:N, mps", "  batch_size: must be a whole number >= 1 or max, got '0'",
+                                        "  steps: must be >= 1, got 0"]
+    one = bench_here(capsys, "run", "--model", "resnet18", "--steps", "0")  # one mistake: the one line it was
+    assert one.returncode == 2 and one.stderr == "bench run: error: steps: must be >= 1, got 0\n"

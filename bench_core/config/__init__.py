@@ -1,5 +1,5 @@
-"""Configuration: BenchConfig and its checks (schema.py), the keys and grids of a sweep file (sweepfile.py) and
-the YAML files both are read from (yamlfile.py).
+"""Configuration: BenchConfig and its checks (schema.py), the keys and grids of a sweep file (sweepfile.py),
+the YAML files both are read from (yamlfile.py) and every mistake of an input said at once (mistakes.py).
 
 Plain data: importing it imports no torch. This face re-exports what callers use.
 """
