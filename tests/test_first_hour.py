@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bench_here
+from bench_core import results
+from conftest import bench_here, tiny
 
 SWEEP_WITH_A_BAD_VALUE = """name: refused
 grid:
@@ -22,8 +23,9 @@ def serving_dir_unset(monkeypatch) -> None:
     monkeypatch.delenv("BENCH_SERVING_DIR")
 
 
-def every_path(*roots: Path) -> set[str]:
-    return {str(p) for root in roots for p in root.rglob("*")}
+def every_path(*roots: Path) -> set[tuple[str, int]]:
+    """Every folder, and every file with when it was last written."""
+    return {(str(p), 0 if p.is_dir() else p.stat().st_mtime_ns) for root in roots for p in root.rglob("*")}
 
 
 @pytest.mark.parametrize("command", [
@@ -36,6 +38,7 @@ def every_path(*roots: Path) -> set[str]:
     "memory --model resnet18 --device-memory-gib 0",
     "predict --from nothing-here --gpu H100-SXM5-80GB",
     "report nothing-here --out out/report.html",
+    "report measured --baseline nonsense",  # it rebuilt results.csv, machines.csv and summary.csv, then refused
     "diff nothing-here nothing-there --html out/diff.html",
     "slurm refused.yaml --out out",
     "acceptance --budget-s 0 --out out",
@@ -47,6 +50,8 @@ def test_a_refused_command_writes_nothing_and_says_only_why(capsys, tmp_path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     serving_dir_unset(monkeypatch)
     (tmp_path / "refused.yaml").write_text(SWEEP_WITH_A_BAD_VALUE)
+    row = flagged_row(tiny())
+    results.write_run(tmp_path / "measured", row["run_id"], [row])
     before = every_path(tmp_path)
     done = bench_here(capsys, *command.split())
     assert done.returncode == 2, (done.stdout, done.stderr)

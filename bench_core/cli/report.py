@@ -70,9 +70,9 @@ def refresh_from_runs(result_dir: Path) -> None:
     csv_path = result_dir / "results.csv"
     try:
         with results.locked(result_dir):
-            before = csv_path.read_bytes() if csv_path.is_file() else None
-            results.rebuild_csv(result_dir)
-        if before is not None and before != csv_path.read_bytes():
+            existed = csv_path.is_file()
+            rebuilt = results.rebuild_csv(result_dir, only_if_stale=True)  # current: nothing written
+        if existed and rebuilt:
             rows = sum(1 for _ in results.iter_rows(result_dir))
             print(f"bench report: note: {csv_path} did not match its run files (damaged or stale); "
                   f"rebuilt from them: {rows} rows", file=sys.stderr)
