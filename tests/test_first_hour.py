@@ -42,6 +42,7 @@ def every_path(*roots: Path) -> set[tuple[str, int]]:
     "diff nothing-here nothing-there --html out/diff.html",
     "slurm refused.yaml --out out",
     "acceptance --budget-s 0 --out out",
+    "selftest --out refused.yaml/checklist.json",  # it ran every check, then could not write the checklist
 ])
 def test_a_refused_command_writes_nothing_and_says_only_why(capsys, tmp_path, monkeypatch, command):
     # The engine is not installed here (vllm): it used to say "serve: starting vllm", write a model folder
