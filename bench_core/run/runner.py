@@ -18,7 +18,6 @@ from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
 from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
-from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
@@ -260,12 +259,9 @@ class Session:
         row.update(efficiency.derive(row, cfg))
         row = finish_row(row)
         self.rows.append(row)  # before the line that says so: a signal after it cannot lose the row
-        # Numbered as the rows and the table number them (from 0), with the count beside it; a disturbed figure
-        # is marked where it is shown.
-        disturbed = disturbances(row.get("noise_flags"))
+        # Numbered as the rows and the table number them (from 0), with the count beside it.
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat} "
-                      f"({repeat + 1} of {cfg.repeats}) {row['throughput']:.1f} {row['throughput_unit']} "
-                      f"[{row['status']}]{f' DISTURBED: {disturbed}' if disturbed else ''}")
+                      f"({repeat + 1} of {cfg.repeats}) {row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
         return row
 
     def _loss(self) -> float:
