@@ -144,8 +144,9 @@ def test_the_ladder_says_its_points_were_disturbed_in_its_table_and_where_it_sto
     from bench_core.scenarios.ladder import SATURATED, Ladder, Rung
     from conftest import tiny
     cfg = tiny(model="llama-tiny", mode="serve", width=None, height=None)
-    rungs = [Rung(load, [flagged_row(cfg.replace(concurrency=int(load)), output_tokens_per_s=rate, requests_per_s=rate / 16,
-                                     tokens_per_s_per_user=rate / load, ttft_ms_p99=50.0, slo_met=True)])
+    rungs = [Rung(load, [flagged_row(cfg.replace(concurrency=int(load)), output_tokens_per_s=rate,
+                                     requests_per_s=rate / 16, tokens_per_s_per_user=rate / load, ttft_ms_p99=50.0,
+                                     slo_met=True)])
              for load, rate in ((1, 100.0), (2, 104.0))]
     text = summary_text(Ladder("concurrency", rungs, SATURATED, "saturated: output tokens/s 104 at concurrency 2 ..."),
                         500, 30, None)
@@ -246,8 +247,9 @@ def test_a_sweep_file_with_three_mistakes_says_all_three_in_one_run(capsys, tmp_
 def test_a_command_line_with_several_bad_flags_says_each(capsys):
     done = bench_here(capsys, "run", "--model", "resnet18", "--batch-size", "0", "--steps", "0", "--device", "gpu")
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["bench run: error: 3 mistakes:", "  device: got 'gpu'; allowed: auto, cpu, "
-                                        "cuda, cuda:N, mps", "  batch_size: must be a whole number >= 1 or max, got '0'",
+    assert done.stderr.splitlines() == ["bench run: error: 3 mistakes:",
+                                        "  device: got 'gpu'; allowed: auto, cpu, cuda, cuda:N, mps",
+                                        "  batch_size: must be a whole number >= 1 or max, got '0'",
                                         "  steps: must be >= 1, got 0"]
     one = bench_here(capsys, "run", "--model", "resnet18", "--steps", "0")  # one mistake: the one line it was
     assert one.returncode == 2 and one.stderr == "bench run: error: steps: must be >= 1, got 0\n"

@@ -61,8 +61,9 @@ def main(args: argparse.Namespace) -> int:
             results.write_run(args.out, rung.rows[0]["run_id"], rung.rows)
     print(summary_text(ladder, cfg.slo_ttft_ms, cfg.slo_tpot_ms, cfg.price_per_hour, cfg.currency))
     if args.out:
-        print(f"rows of {len(ladder.rungs)} point{'' if len(ladder.rungs) == 1 else 's'} in {Path(args.out) / 'results.csv'}; bench report {args.out} "
-              "draws the frontier", file=sys.stderr)
+        points = f"{len(ladder.rungs)} point{'' if len(ladder.rungs) == 1 else 's'}"
+        print(f"rows of {points} in {Path(args.out) / 'results.csv'}; bench report {args.out} draws the frontier",
+              file=sys.stderr)
     return EXIT_FAILED if ladder.stop == FAILED and len(ladder.rungs) == 1 else EXIT_OK
 
 

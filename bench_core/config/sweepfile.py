@@ -68,8 +68,9 @@ def _entry(entry: Any, where: str, fields: list[str]) -> dict[str, list]:
     if not isinstance(entry, dict):
         raise ConfigError("grid", f"{where} must be a mapping of BenchConfig fields to lists of values, got {entry!r}")
     if not entry:  # it would run one configuration of pure defaults without a word
-        raise ConfigError("grid", f"{'' if where == 'grid' else where + ' '}is empty; give a mapping of fields to lists "
-                                  "of values (for one configuration, leave grid out and put its fields under settings)")
+        named = "" if where == "grid" else where + " "
+        raise ConfigError("grid", f"{named}is empty; give a mapping of fields to lists of values (for one "
+                                  "configuration, leave grid out and put its fields under settings)")
     found = Mistakes()
     with found.kept():
         check_known_keys(entry, fields, where=where)

@@ -124,8 +124,8 @@ class BatchSearch:
             timing = f"{p.step_time_ms:9.1f} ms/step" if p.step_time_ms else " " * 17
             note = f"  {p.message}" if p.message else ""
             check = " (health check)" if p.purpose != "search" else ""
-            disturbed = f"  DISTURBED: {p.disturbed_by}" if p.disturbed_by else ""  # marked where it is shown
-            lines.append(f"  batch {p.batch_size:6d}  {p.status:11s} {timing}  ({p.probe_s:.1f} s){check}{note}{disturbed}")
+            note += f"  DISTURBED: {p.disturbed_by}" if p.disturbed_by else ""  # marked where it is shown
+            lines.append(f"  batch {p.batch_size:6d}  {p.status:11s} {timing}  ({p.probe_s:.1f} s){check}{note}")
         if self.memory_limit_bytes:
             lines.append(f"  (CPU probes ran under an address-space cap of {self.memory_limit_bytes / 2**30:.1f} GiB, "
                          "so running out of RAM is an error, not the OOM killer)")

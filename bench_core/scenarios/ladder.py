@@ -143,6 +143,7 @@ def climb(cfg: BenchConfig, kind: str = "concurrency", start: float = 1, max_poi
 def _point_text(point: dict) -> str:
     if point["status"] != "ok":
         return f"{point['status']}: {point['message'][:160]}"
+    disturbed = f" [DISTURBED: {point['disturbed']}]" if point["disturbed"] else ""
     return (f"{point['output_tokens_per_s'] or 0:.4g} output tokens/s, {point['tokens_per_s_per_user'] or 0:.4g} "
             f"tokens/s per user, p99 TTFT {point['ttft_ms_p99'] or 0:.0f} ms, client CPU "
-            f"{point['client_cpu_fraction'] or 0:.2f}" + (f" [DISTURBED: {point['disturbed']}]" if point["disturbed"] else ""))
+            f"{point['client_cpu_fraction'] or 0:.2f}{disturbed}")
