@@ -41,3 +41,38 @@ def test_readme_cpu_commands_run_as_written(tmp_path):
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
     assert (tmp_path / "outputs" / "quick" / "report.html").stat().st_size > 10_000
     assert len((tmp_path / "outputs" / "quick" / "results.csv").read_text().splitlines()) == 1 + 2 + 1
+
+
+def first_example(text: str) -> tuple[list[str], list[str]]:
+    """The README's first sample output: its command's arguments, and the lines it shows."""
+    block = re.search(r"What a result looks like.*?```text\n(.*?)```", text, flags=re.S).group(1).splitlines()
+    assert block[0].startswith("$ bench run ")
+    return shlex.split(block[0][len("$ bench "):]), block[1:]
+
+
+def shape(lines: list[str]) -> list[list[str]]:
+    """What a sample output shows, less what differs from one machine or moment to the next: numbers, paths,
+    the device's name, and the marks a disturbed run adds (a quiet machine's output has none)."""
+    shown = []
+    for line in lines:
+        if re.search(r": warm-up(: first step| step \d+ done)", line):  # a warm-up of 20 s or more, step by step
+            continue
+        line = re.sub(r"\s*DISTURBED: .*$|\s*\d+ of \d+ disturbed$|\s*disturbed by$|, \d+ disturbed \(.*$", "", line)
+        line = re.sub(r"^(\S+ \S+ \S+ batch \d+ x\d+ on ).*$", r"\1DEVICE", line)
+        line = re.sub(r"\S*/\S*", "PATH", line)
+        shown.append(re.sub(r"[-+]?\d[\d.,]*(e[-+]?\d+)?", "#", line).split())
+    return shown
+
+
+def test_the_first_sample_output_is_what_the_command_prints(capsys, tmp_path, monkeypatch):
+    # Its columns and summary lines had drifted from what bench run prints. The same command, shortened (a
+    # smaller input, fewer steps), prints what the README shows, quiet machine or busy.
+    from conftest import bench_here
+    monkeypatch.delenv("COLUMNS", raising=False)  # whole lines, as in a wide terminal
+    args, shown = first_example((ROOT / "README.md").read_text())
+    quicker = ["--width", "32", "--height", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1",
+               "--min-seconds", "0", "--out", str(tmp_path / "quick")]
+    done = bench_here(capsys, *args, *quicker)
+    assert done.returncode == 0, done.stderr
+    printed = (done.stderr + done.stdout).splitlines()  # in a terminal: the progress, then the table
+    assert shape(printed) == shape(shown), "\n".join(printed)

@@ -95,11 +95,12 @@ def test_any_config_dict_is_valid_or_one_line_error(values):
     try:
         cfg = BenchConfig.from_dict(values)
     except ConfigError as err:
-        message = str(err)
-        assert "\n" not in message
-        assert message.startswith(f"{err.field}: ")
+        lines = str(err).splitlines()  # one line, or one per mistake where there are several (config.mistakes)
+        mistakes = getattr(err, "errors", [err])
+        assert lines == [str(err)] if len(mistakes) == 1 else lines[1:] == [f"  {e}" for e in mistakes]
         named = {*BenchConfig.field_names(), "config", *map(str, values), *(repr(str(k)) for k in values)}
-        assert err.field in named
+        for one in mistakes:
+            assert "\n" not in str(one) and str(one).startswith(f"{one.field}: ") and one.field in named
     else:
         assert cfg.batch_size >= 1 and cfg.width >= 1 and cfg.height >= 1
         assert BenchConfig.from_dict(cfg.to_dict()) == cfg  # a valid config round-trips

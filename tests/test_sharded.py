@@ -241,7 +241,7 @@ def test_the_llm_training_sweep_asks_for_configurations_an_80_gb_gpu_holds():
     import itertools
     from pathlib import Path
 
-    from bench_core.config.schema import load_yaml_mapping
+    from bench_core.config.yamlfile import load_yaml_mapping
     from bench_core.config.sweepfile import grids
     data = load_yaml_mapping(Path(__file__).parents[1] / "params" / "llm-training.yaml")
     configs = [BenchConfig(**{**data["settings"], **dict(zip(grid, values))})

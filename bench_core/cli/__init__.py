@@ -3,7 +3,8 @@
 `add_<command>_arguments` and `main_<command>`); the only place that parses arguments.
 
 Exit codes (bench_core.errors): 0 all rows ok; 1 a run or configuration failed (its rows are
-written); 2 bad input (one line on stderr, nothing written); 130 interrupted.
+written); 2 bad input (a line on stderr naming the field, one per mistake; nothing written); 130
+interrupted.
 """
 from __future__ import annotations
 

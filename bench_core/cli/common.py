@@ -15,14 +15,17 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
-from bench_core.config.schema import BenchConfig, load_yaml_mapping
+from bench_core.config.schema import MODES, BenchConfig
+from bench_core.config.serve import load_text
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError
 from bench_core.files import atomic_write_text, save_fallback
 from bench_core.results.bound import bound_note
 from bench_core.results.disturbed import disturbances, disturbed_note
 from bench_core.results.fidelity import deviation_text
 from bench_core.run.estimate import LongStepWarning
+from bench_core.workload.models import models_taking
 from bench_core.workload.precision import EmulatedPrecisionWarning
 
 
@@ -170,7 +173,17 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
-    return BenchConfig.from_dict(values)
+    try:
+        return BenchConfig.from_dict(values)
+    except ConfigError as exc:
+        mode = values.get("mode")
+        if exc.field != "mode" or "model" in values or mode not in MODES:
+            raise
+        # `bench ladder` alone: the user named no model, so a refusal of the default one says that it was taken
+        default = BenchConfig.__dataclass_fields__["model"].default
+        raise ConfigError("model", f"none given, so the default ({default}) was taken, and mode {mode} does not "
+                                   f"apply to it; give --model: models that run mode {mode}: "
+                                   f"{', '.join(models_taking(mode))} (bench models lists them all)") from None
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
@@ -269,9 +282,7 @@ def format_rows(rows: list[dict]) -> str:
 
 def serve_load(row: dict) -> str:
     """'concurrency 8', 'rate 4 req/s', or both (a rate with a cap on requests in flight)."""
-    parts = [f"concurrency {row['concurrency']}" if row.get("concurrency") else "",
-             f"rate {row['request_rate']:g} req/s" if row.get("request_rate") else ""]
-    return ", ".join(p for p in parts if p) or "one request at a time"
+    return load_text(row) or "one request at a time"
 
 
 def fitted_table(table, width: int | None) -> str:

@@ -13,6 +13,7 @@ from bench_core.cli.common import add_config_arguments, add_output_arguments, co
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.files import check_writable
+from bench_core.results.disturbed import disturbed_note
 from bench_core.scenarios.ladder import FAILED, LADDERS, Ladder, check_ladder, climb
 from bench_core.serving.slo import frontier
 
@@ -60,8 +61,9 @@ def main(args: argparse.Namespace) -> int:
             results.write_run(args.out, rung.rows[0]["run_id"], rung.rows)
     print(summary_text(ladder, cfg.slo_ttft_ms, cfg.slo_tpot_ms, cfg.price_per_hour, cfg.currency))
     if args.out:
-        print(f"rows of {len(ladder.rungs)} points in {Path(args.out) / 'results.csv'}; bench report {args.out} "
-              "draws the frontier", file=sys.stderr)
+        points = f"{len(ladder.rungs)} point{'' if len(ladder.rungs) == 1 else 's'}"
+        print(f"rows of {points} in {Path(args.out) / 'results.csv'}; bench report {args.out} draws the frontier",
+              file=sys.stderr)
     return EXIT_FAILED if ladder.stop == FAILED and len(ladder.rungs) == 1 else EXIT_OK
 
 
@@ -69,19 +71,25 @@ def summary_text(ladder: Ladder, slo_ttft_ms: float, slo_tpot_ms: float, price: 
                  currency: str | None = None) -> str:
     points = ladder.points()
     on_front = {id(p) for p in frontier(points)}
+    marked = any(p["disturbed"] for p in points)  # a disturbed figure is marked where it is shown
     head = (f"{ladder.kind:>11} {'requests/s':>10} {'output tok/s':>12} {'tok/s/user':>10} {'TTFT p50':>9} "
-            f"{'TTFT p99':>9} {'TPOT p99':>9} {'client CPU':>10} {'SLO':>4} {'cost/M':>8}  frontier")
+            f"{'TTFT p99':>9} {'TPOT p99':>9} {'client CPU':>10} {'SLO':>4} {'cost/M':>8}  frontier"
+            + ("  disturbed by" if marked else ""))
     lines = [head]
     for p in points:
         if p["status"] != "ok":
             lines.append(f"{p['load']:>11g} {p['status']}: {p['message'][:100]}")
             continue
         cost = f"{p['cost_per_million']:.3g}" if p.get("cost_per_million") is not None else ""
-        lines.append(f"{p['load']:>11g} {_n(p['requests_per_s']):>10} {_n(p['output_tokens_per_s']):>12} "
-                     f"{_n(p['tokens_per_s_per_user']):>10} {_n(p['ttft_ms_p50']):>9} {_n(p['ttft_ms_p99']):>9} "
-                     f"{_n(p['tpot_ms_p99']):>9} {_n(p['client_cpu_fraction']):>10} "
-                     f"{'yes' if p['slo_met'] else 'no':>4} {cost:>8}  {'*' if id(p) in on_front else ''}")
-    lines.append(paint(f"stopped: {ladder.why}", "yellow" if ladder.stop == FAILED else "green"))
+        line = (f"{p['load']:>11g} {_n(p['requests_per_s']):>10} {_n(p['output_tokens_per_s']):>12} "
+                f"{_n(p['tokens_per_s_per_user']):>10} {_n(p['ttft_ms_p50']):>9} {_n(p['ttft_ms_p99']):>9} "
+                f"{_n(p['tpot_ms_p99']):>9} {_n(p['client_cpu_fraction']):>10} "
+                f"{'yes' if p['slo_met'] else 'no':>4} {cost:>8}  {'*' if id(p) in on_front else '':<8}")
+        lines.append((line + (f"  DISTURBED: {p['disturbed']}" if p["disturbed"] else "")).rstrip())
+    # Where it stopped, the frontier and the SLO answer rest on these figures: a disturbed one says so here too.
+    note = disturbed_note(ladder.rows())
+    lines.append(paint(f"stopped: {ladder.why}" + (f"; {note}" if note else ""),
+                       "yellow" if ladder.stop == FAILED or note else "green"))
     top = next((p for p in reversed(points) if p["status"] == "ok"), None)
     if top is not None:
         lines.append(f"client at the highest load ({ladder.kind} {top['load']:g}): {top['client_cpu_fraction'] or 0:.2f} "

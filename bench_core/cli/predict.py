@@ -96,6 +96,9 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("gpu", f"give at least one --gpu NAME; allowed: {', '.join(predictable_names())}")
     if args.devices < 1:
         raise ConfigError("devices", f"must be at least 1, got {args.devices}")
+    if not Path(args.from_dir).is_dir():  # not "has no ok rows" of a folder that is not there
+        raise ConfigError("from", f"{args.from_dir!r} is not a directory; allowed: a result directory written by "
+                                  "bench run / bench sweep --out")
     gpus = [spec(name) for name in args.gpu]
     prices = prices_with(parse_prices(args.price))
     rows, notes = predict_dir(args.from_dir, gpus, args.devices, prices=prices)

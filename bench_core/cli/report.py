@@ -12,6 +12,7 @@ from bench_core.errors import ConfigError
 from bench_core.files import check_writable
 from bench_core.predict.prices import report_choices
 from bench_core.predict.specs import COMPARED_TODAY
+from bench_core.results.disturbed import disturbed_note
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 from bench_core.summary.tables import baseline_matches
@@ -62,6 +63,9 @@ def main(args: argparse.Namespace) -> int:
     for line in loaded.notes:
         if "impossible numbers" in line:
             print(f"bench report: warning: {line}", file=sys.stderr)
+    note = disturbed_note(loaded.rows.to_dict("records"))  # rows, as bench run counts them
+    if note:
+        print(f"bench report: note: {note} (the report marks them)", file=sys.stderr)
     print(path)
     return 0
 
@@ -77,9 +81,9 @@ def refresh_from_runs(result_dir: Path) -> None:
     csv_path = result_dir / "results.csv"
     try:
         with results.locked(result_dir):
-            before = csv_path.read_bytes() if csv_path.is_file() else None
-            results.rebuild_csv(result_dir)
-        if before is not None and before != csv_path.read_bytes():
+            existed = csv_path.is_file()
+            rebuilt = results.rebuild_csv(result_dir, only_if_stale=True)  # current: nothing written
+        if existed and rebuilt:
             rows = sum(1 for _ in results.iter_rows(result_dir))
             print(f"bench report: note: {csv_path} did not match its run files (damaged or stale); "
                   f"rebuilt from them: {rows} rows", file=sys.stderr)

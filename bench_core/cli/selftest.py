@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench_core.cli.common import paint, wrap_line
 from bench_core.errors import EXIT_FAILED, EXIT_OK
-from bench_core.files import atomic_write_text
+from bench_core.files import atomic_write_text, check_writable
 from bench_core.scenarios.selftest import (
     DEFAULT_OUT,
     FAIL,
@@ -43,6 +43,7 @@ examples:
 
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    check_writable(out.parent)  # before the checks run: a checklist that cannot be saved does not start
     started = dt.datetime.now(dt.timezone.utc)
     # "  [PASS   ] name: reason": a long reason folds under the name, not under the status
     checklist = Checklist(say=lambda line: print(wrap_line(line, indent=12), flush=True))

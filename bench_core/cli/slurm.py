@@ -23,8 +23,9 @@ from filelock import FileLock, Timeout
 from bench_core import results
 from bench_core.cli.common import add_config_arguments, format_rows
 from bench_core.cli.sweep import SweepProgress, report_step
-from bench_core.config.schema import BenchConfig, load_yaml_mapping
+from bench_core.config.schema import BenchConfig
 from bench_core.config.sweepfile import parse_timeout
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError, interrupted_by, interrupted_exit, interrupts_held
 from bench_core.files import check_writable
 from bench_core.launch import slurm

@@ -11,6 +11,7 @@ from bench_core import results
 from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from bench_core.files import check_writable
 from bench_core.predict.prices import report_choices
+from bench_core.results.disturbed import disturbed_note
 from bench_core.results.rows import error_message
 from bench_core.sweep.execute import (
     TEMPLATE_ENV,
@@ -85,7 +86,9 @@ def main(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         if status not in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not args.no_report:
             status = max(status, report_step(out_dir, plan))
-    print(closing)
+    # The tally's last word: figures of the directory measured beside other work say so, as bench run's do.
+    note = disturbed_note(list(results.iter_rows(out_dir)))
+    print(closing + (f"; {note}" if note else ""))
     return status
 
 

@@ -8,11 +8,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import yaml
-
+from bench_core.config.mistakes import Mistakes
 from bench_core.config.serve import SERVE_FIELDS, check_shared_prefix, validate_serving
 from bench_core.config.values import as_bool, as_choice, as_currency, as_float, as_int, as_str
 from bench_core.errors import ConfigError
@@ -226,11 +224,14 @@ class BenchConfig:
 
 
 def check_known_keys(values: dict, allowed: list[str], where: str) -> None:
+    """Every key not in `allowed` refused at once (one line each), with the key a typo meant."""
+    found = Mistakes()
     for key in values:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(str(key), f"unknown key in {where}{hint}; allowed: {', '.join(allowed)}")
+            found.add(ConfigError(str(key), f"unknown key in {where}{hint}; allowed: {', '.join(allowed)}"))
+    found.raise_any(where)
 
 
 def _as_batch_size(value: Any) -> int | str:
@@ -253,37 +254,56 @@ def validate_device_name(name: str) -> str:
     return key
 
 
-def _validate(cfg: BenchConfig) -> None:
-    cfg.mode = as_choice("mode", cfg.mode, MODES)
-    cfg.compile = as_choice("compile", cfg.compile, COMPILE_MODES)
-    cfg.optimizer = as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
-    cfg.parallelism = as_choice("parallelism", cfg.parallelism, PARALLELISMS)
-    cfg.activation_checkpointing = as_choice("activation_checkpointing", cfg.activation_checkpointing, CHECKPOINTING)
-    cfg.precision = resolve_precision(as_str("precision", cfg.precision)).name
-    cfg.device = validate_device_name(as_str("device", cfg.device))
-    cfg.rdzv_endpoint = as_str("rdzv_endpoint", cfg.rdzv_endpoint)
+def _as_margin(value: Any) -> float:
+    margin = as_float("batch_margin", value)
+    if margin >= 1:
+        raise ConfigError("batch_margin", f"must be a fraction in [0, 1), got {margin!r}")
+    return margin
 
-    cfg.batch_size = _as_batch_size(cfg.batch_size)
-    cfg.max_batch_size = as_int("max_batch_size", cfg.max_batch_size, minimum=1)
-    cfg.batch_margin = as_float("batch_margin", cfg.batch_margin)
-    if cfg.batch_margin >= 1:
-        raise ConfigError("batch_margin", f"must be a fraction in [0, 1), got {cfg.batch_margin!r}")
-    cfg.steps = as_int("steps", cfg.steps, minimum=1)
-    cfg.warmup_steps = as_int("warmup_steps", cfg.warmup_steps, minimum=0)
-    cfg.repeats = as_int("repeats", cfg.repeats, minimum=1)
-    cfg.seed = as_int("seed", cfg.seed, minimum=0)
-    cfg.num_threads = as_int("num_threads", cfg.num_threads, minimum=0)
-    cfg.nproc_per_node = as_int("nproc_per_node", cfg.nproc_per_node, minimum=1)
-    cfg.nnodes = as_int("nnodes", cfg.nnodes, minimum=1)
-    cfg.node_rank = as_int("node_rank", cfg.node_rank, minimum=0)
-    cfg.tp_degree = as_int("tp_degree", cfg.tp_degree, minimum=1)
-    cfg.min_seconds = as_float("min_seconds", cfg.min_seconds)
-    cfg.dist_timeout_s = as_float("dist_timeout_s", cfg.dist_timeout_s, minimum=1.0)
-    cfg.price_per_hour = as_float("price_per_hour", cfg.price_per_hour, optional=True)
+
+def _whole(name: str, minimum: int, optional: bool = False) -> Callable[[Any], int | None]:
+    return lambda value: as_int(name, value, minimum=minimum, optional=optional)
+
+
+# Each field read alone, so that every wrong value is said at once (config.mistakes); the checks after them
+# combine fields, and run once each field is right.
+FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "mode": lambda v: as_choice("mode", v, MODES),
+    "compile": lambda v: as_choice("compile", v, COMPILE_MODES),
+    "optimizer": lambda v: as_choice("optimizer", v, OPTIMIZERS),
+    "parallelism": lambda v: as_choice("parallelism", v, PARALLELISMS),
+    "activation_checkpointing": lambda v: as_choice("activation_checkpointing", v, CHECKPOINTING),
+    "precision": lambda v: resolve_precision(as_str("precision", v)).name,
+    "device": lambda v: validate_device_name(as_str("device", v)),
+    "rdzv_endpoint": lambda v: as_str("rdzv_endpoint", v),
+    "batch_size": _as_batch_size,
+    "max_batch_size": _whole("max_batch_size", 1),
+    "batch_margin": _as_margin,
+    **{name: _whole(name, low) for name, low in (("steps", 1), ("warmup_steps", 0), ("repeats", 1), ("seed", 0),
+                                                ("num_threads", 0), ("nproc_per_node", 1), ("nnodes", 1),
+                                                ("node_rank", 0), ("tp_degree", 1))},
+    "min_seconds": lambda v: as_float("min_seconds", v),
+    "dist_timeout_s": lambda v: as_float("dist_timeout_s", v, minimum=1.0),
+    "price_per_hour": lambda v: as_float("price_per_hour", v, optional=True),
+    **{name: (lambda v, name=name: as_bool(name, v)) for name in ("channels_last", "cudnn_benchmark", "profile")},
+    **{name: _whole(name, 1, optional=True) for name in ("width", "height", "depth", "seq_len", "prompt_len",
+                                                         "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
+                                                         "indices_per_lookup", "latent_size", "denoise_steps",
+                                                         "audio_frames")},
+    "zipf_exponent": lambda v: as_float("zipf_exponent", v, optional=True),
+}
+
+
+def _validate(cfg: BenchConfig) -> None:
+    found = Mistakes()
+    with found.kept():
+        spec = resolve_model(as_str("model", cfg.model))
+    for name, check in FIELD_CHECKS.items():
+        with found.kept():
+            setattr(cfg, name, check(getattr(cfg, name)))
+    found.raise_any()
+    cfg.model = spec.name
     cfg.currency = as_currency(cfg.currency, cfg.price_per_hour)
-    cfg.channels_last = as_bool("channels_last", cfg.channels_last)
-    cfg.cudnn_benchmark = as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
-    cfg.profile = as_bool("profile", cfg.profile)
 
     if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:
         raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
@@ -304,22 +324,6 @@ def _validate(cfg: BenchConfig) -> None:
     _check_mesh(cfg)
 
     validate_serving(cfg)
-    spec = resolve_model(as_str("model", cfg.model))
-    cfg.model = spec.name
-    cfg.width = as_int("width", cfg.width, minimum=1, optional=True)
-    cfg.height = as_int("height", cfg.height, minimum=1, optional=True)
-    cfg.depth = as_int("depth", cfg.depth, minimum=1, optional=True)
-    cfg.seq_len = as_int("seq_len", cfg.seq_len, minimum=1, optional=True)
-    cfg.prompt_len = as_int("prompt_len", cfg.prompt_len, minimum=1, optional=True)
-    cfg.new_tokens = as_int("new_tokens", cfg.new_tokens, minimum=1, optional=True)
-    cfg.num_tables = as_int("num_tables", cfg.num_tables, minimum=1, optional=True)
-    cfg.rows_per_table = as_int("rows_per_table", cfg.rows_per_table, minimum=1, optional=True)
-    cfg.embedding_dim = as_int("embedding_dim", cfg.embedding_dim, minimum=1, optional=True)
-    cfg.indices_per_lookup = as_int("indices_per_lookup", cfg.indices_per_lookup, minimum=1, optional=True)
-    cfg.zipf_exponent = as_float("zipf_exponent", cfg.zipf_exponent, optional=True)
-    cfg.latent_size = as_int("latent_size", cfg.latent_size, minimum=1, optional=True)
-    cfg.denoise_steps = as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
-    cfg.audio_frames = as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
     check_shared_prefix(cfg)  # against prompt_len, which the model's check fills
 
@@ -369,52 +373,3 @@ def _check_mesh(cfg: BenchConfig) -> None:
 def _is_endpoint(text: str) -> bool:
     host, _, port = text.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
-
-
-def load_yaml_mapping(path, what: str = "file") -> dict:
-    """A YAML file that must hold a mapping; unreadable, not UTF-8, malformed YAML or a key given
-    twice in one mapping is a one-line ConfigError naming the file and the line."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(what, f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError(what, f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
-                                "save it as UTF-8") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(what, f"{path} is not valid YAML{where}: {problem}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(what, f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
-    keeps the last value silently, so a sweep would run something other than what was written."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (lines {seen[key]} and {key_node.start_mark.line + 1}); "
-                                "keep one", key_node.start_mark)
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep)
-
-
-def check_int(name: str, value, minimum: int) -> int:
-    """A whole-number setting of a command (not a BenchConfig field), checked like the fields."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(name, f"must be a whole number >= {minimum}, got {value!r}")
-    return value

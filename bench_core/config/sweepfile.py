@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench_core.config.mistakes import Mistakes
 from bench_core.config.schema import check_known_keys
 from bench_core.errors import ConfigError
 
@@ -42,7 +43,7 @@ def parse_runs(value: Any) -> int:
     return value
 
 
-def grids(grid: Any, fields: list[str]) -> list[dict[str, list]]:
+def grids(grid: Any, fields: list[str], found: Mistakes | None = None) -> list[dict[str, list]]:
     """`grid` is a mapping (every combination) or a list of mappings (the union of their combinations).
 
     A grid value wins over the same field in settings (settings are the defaults of every entry).
@@ -52,21 +53,33 @@ def grids(grid: Any, fields: list[str]) -> list[dict[str, list]]:
     entries = grid if isinstance(grid, list) else [grid]
     if not entries:
         raise ConfigError("grid", "is an empty list; give a mapping of fields to lists of values")
-    grids = []
+    # Every entry's mistakes at once: kept in `found` (the entries without one are returned), else raised.
+    grids, mine = [], found is None
+    found = Mistakes() if found is None else found
     for index, entry in enumerate(entries):
         where = "grid" if not isinstance(grid, list) else f"grid entry {index + 1}"
-        if not isinstance(entry, dict):
-            raise ConfigError("grid", f"{where} must be a mapping of BenchConfig fields to lists of values, "
-                                      f"got {entry!r}")
-        if not entry:  # it would run one configuration of pure defaults without a word
-            raise ConfigError("grid", f"{'' if where == 'grid' else where + ' '}is empty; give a mapping of fields to lists of values (for one "
-                                      "configuration, leave grid out and put its fields under settings)")
-        check_known_keys(entry, fields, where=where)
-        expanded = {}
-        for key, values in entry.items():
-            values = values if isinstance(values, list) else [values]
-            if not values:
-                raise ConfigError(key, f"has an empty list in {where}; give at least one value")
-            expanded[key] = values
-        grids.append(expanded)
+        with found.kept():
+            grids.append(_entry(entry, where, fields))
+    if mine:
+        found.raise_any("the grid")
     return grids
+
+
+def _entry(entry: Any, where: str, fields: list[str]) -> dict[str, list]:
+    if not isinstance(entry, dict):
+        raise ConfigError("grid", f"{where} must be a mapping of BenchConfig fields to lists of values, got {entry!r}")
+    if not entry:  # it would run one configuration of pure defaults without a word
+        named = "" if where == "grid" else where + " "
+        raise ConfigError("grid", f"{named}is empty; give a mapping of fields to lists of values (for one "
+                                  "configuration, leave grid out and put its fields under settings)")
+    found = Mistakes()
+    with found.kept():
+        check_known_keys(entry, fields, where=where)
+    expanded = {}
+    for key, values in entry.items():
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            found.add(ConfigError(key, f"has an empty list in {where}; give at least one value"))
+        expanded[key] = values
+    found.raise_any(where)
+    return expanded

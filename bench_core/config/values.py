@@ -81,3 +81,10 @@ def as_currency(value: Any, price: float | None) -> str | None:
     if price is None:
         raise ConfigError("currency", f"{text} is the currency of price_per_hour, which is not given")
     return text
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """A whole-number setting of a command (not a BenchConfig field), checked like the fields."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, f"must be a whole number >= {minimum}, got {value!r}")
+    return value

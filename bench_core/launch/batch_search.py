@@ -22,14 +22,15 @@ from bench_core.config.schema import (
     MAX_BATCH,
     MIN_COMPILE_WARMUP_STEPS,
     BenchConfig,
-    check_int,
     check_spread_search,
 )
+from bench_core.config.values import check_int
 from bench_core.devices import Backend, is_foreign_cpu_oom, resolve_device
 from bench_core.errors import ConfigError
 from bench_core.launch.placement import run_placed
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
+from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import failure_row, run_fields
 from bench_core.run import memory_estimate
 from bench_core.run.runner import Progress, old_objects_frozen
@@ -61,6 +62,7 @@ class BatchProbe:
     dirty: bool = False            # an out-of-memory that did not come from torch's allocator
     params_count: int | None = None  # the model's parameters, when the probe built it
     precision_support: str | None = None  # native | emulated | unsupported, as the probe's row says
+    disturbed_by: str = ""         # the disturbing noise flags of its row (results.disturbed), '' when none
 
 
 @dataclass
@@ -122,6 +124,7 @@ class BatchSearch:
             timing = f"{p.step_time_ms:9.1f} ms/step" if p.step_time_ms else " " * 17
             note = f"  {p.message}" if p.message else ""
             check = " (health check)" if p.purpose != "search" else ""
+            note += f"  DISTURBED: {p.disturbed_by}" if p.disturbed_by else ""  # marked where it is shown
             lines.append(f"  batch {p.batch_size:6d}  {p.status:11s} {timing}  ({p.probe_s:.1f} s){check}{note}")
         if self.memory_limit_bytes:
             lines.append(f"  (CPU probes ran under an address-space cap of {self.memory_limit_bytes / 2**30:.1f} GiB, "
@@ -271,7 +274,7 @@ def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: 
     return BatchProbe(batch_size=batch_size, status="oom" if dirty else row["status"], message=row["message"],
                       step_time_ms=row.get("step_time_ms_median"), probe_s=time.perf_counter() - start,
                       purpose=purpose, dirty=dirty, params_count=row.get("params_count"),
-                      precision_support=row.get("precision_support"))
+                      precision_support=row.get("precision_support"), disturbed_by=disturbances(row.get("noise_flags")))
 
 
 def probe_row(cfg: BenchConfig) -> dict:
@@ -283,7 +286,7 @@ def probe_row(cfg: BenchConfig) -> dict:
         torch._dynamo.reset()
     row = run_placed(cfg)[0]
     return {k: row.get(k) for k in ("status", "message", "device_type", "step_time_ms_median", "params_count",
-                                    "precision_support")}
+                                    "precision_support", "noise_flags")}
 
 
 def _probe_in_child(cfg: BenchConfig) -> dict:

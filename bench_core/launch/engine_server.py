@@ -34,9 +34,7 @@ def free_port() -> int:
 def start_server(engine: Engine, model: str, *, extra_args: tuple[str, ...] = (), dummy: bool = False,
                  limit_s: float = 600.0, log_path: Path | None = None, env: dict | None = None) -> Server:
     """Start `engine` serving `model` on a free port and wait until it is healthy."""
-    if not engine.installed():
-        raise ConfigError("engine", f"{engine.name}: {engine.program} is not installed here "
-                                    f"({engine.description}); install it, or give server_url of a running server")
+    engine.check_installed()
     port = free_port()
     command = engine.command_line(model, port, extra=extra_args, dummy=dummy)
     child = Child(command, env=env, log_path=log_path)

@@ -32,8 +32,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
+from bench_core.config.schema import BenchConfig, check_known_keys
 from bench_core.config.sweepfile import SWEEP_KEYS, grids
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.errors import ConfigError
 from bench_core.measure.environment import SLURM_EXCLUSIVE_ENV
 from bench_core.run import worker

@@ -15,7 +15,6 @@ import math
 import statistics
 from pathlib import Path
 
-from bench_core.files import atomic_write_text
 from bench_core.results.disturbed import disturbed_rows
 from bench_core.results.rows import WORKLOAD, environment_columns, machine_label, schema
 
@@ -67,12 +66,11 @@ MACHINE_COLUMNS = [("machine", "the key summary.csv lines carry")] + [
     if name not in _PER_RUN]
 
 
-def write_summaries(out_dir: Path, rows: list[dict]) -> None:
-    """machines.csv and summary.csv of `rows` (results.csv's rows, in its order), each written
-    atomically; call under `locked`, as rebuild_csv does."""
-    out_dir = Path(out_dir)
-    atomic_write_text(out_dir / MACHINES_FILE, _csv_text(MACHINE_COLUMNS, machine_lines(rows)))
-    atomic_write_text(out_dir / SUMMARY_FILE, _csv_text(SUMMARY_COLUMNS, summary_lines(rows)))
+def summary_texts(rows: list[dict]) -> dict[str, str]:
+    """{file name: its text}: machines.csv and summary.csv of `rows` (results.csv's rows, in its order), which
+    results.store writes beside it."""
+    return {MACHINES_FILE: _csv_text(MACHINE_COLUMNS, machine_lines(rows)),
+            SUMMARY_FILE: _csv_text(SUMMARY_COLUMNS, summary_lines(rows))}
 
 
 def configuration_key(row: dict) -> tuple:

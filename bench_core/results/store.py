@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from bench_core.files import atomic_write_text, locked
-from bench_core.results.config_summary import write_summaries
+from bench_core.results.config_summary import summary_texts
 from bench_core.results.rows import columns
 
 
@@ -54,9 +54,10 @@ def iter_rows(out_dir: Path) -> Iterable[dict]:
         yield from read_run(rows_file.parent) or []
 
 
-def rebuild_csv(out_dir: Path) -> Path:
+def rebuild_csv(out_dir: Path, only_if_stale: bool = False) -> bool:
     """results.csv from every runs/*/rows.json, then summary.csv and machines.csv from the same
-    rows (call under `locked`)."""
+    rows (call under `locked`); with `only_if_stale`, nothing is written where results.csv already
+    holds those rows (a command that may yet refuse writes nothing). Whether it wrote."""
     rows = sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
     names = columns()
     extra = sorted({k for row in rows for k in row} - set(names))  # columns of other schema versions
@@ -66,10 +67,19 @@ def rebuild_csv(out_dir: Path) -> Path:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    path = Path(out_dir) / "results.csv"
-    atomic_write_text(path, buffer.getvalue())
-    write_summaries(out_dir, rows)
-    return path
+    texts = {"results.csv": buffer.getvalue(), **summary_texts(rows)}
+    if only_if_stale and all(_holds(Path(out_dir) / name, text) for name, text in texts.items()):
+        return False
+    for name, text in texts.items():
+        atomic_write_text(Path(out_dir) / name, text)
+    return True
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_bytes() == text.encode()
+    except OSError:
+        return False
 
 
 def damaged_runs(out_dir: Path) -> list[Path]:

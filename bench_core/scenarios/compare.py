@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from bench_core.config.schema import MAX_BATCH, BenchConfig, check_int, check_known_keys
+from bench_core.config.schema import MAX_BATCH, BenchConfig, check_known_keys
+from bench_core.config.values import check_int
 from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.results.bound import comparison_note

@@ -26,6 +26,7 @@ from typing import Callable
 from bench_core.config.schema import BenchConfig
 from bench_core.errors import ConfigError
 from bench_core.launch.engine_server import open_server
+from bench_core.results.disturbed import disturbed_rows
 from bench_core.serving.slo import SloAnswer, highest_meeting
 
 LADDERS = ("concurrency", "rate")
@@ -55,6 +56,7 @@ class Rung:
                 "client_saturated": any(str(r.get("client_saturated")).lower() == "true" for r in self.rows),
                 "status": "ok" if self.ok else self.rows[-1].get("status"),
                 "message": "" if self.ok else self.rows[-1].get("message") or "",
+                "disturbed": disturbed_rows(self.rows)[1],  # its flag names, '' when undisturbed
                 **{n: self.median(n) for n in names}}
 
 
@@ -97,9 +99,7 @@ def climb(cfg: BenchConfig, kind: str = "concurrency", start: float = 1, max_poi
     ladder = Ladder(kind)
     own = session is None
     session = session or open_server(cfg, say)
-    try:
-        if own:
-            session.warm_up(cfg)
+    try:  # (each rung's measure warms the server up at its own load first)
         load, best = float(start), None
         for _ in range(max_points):
             # Every user sends at least two requests: with fewer requests than users, some users would never
@@ -143,6 +143,7 @@ def climb(cfg: BenchConfig, kind: str = "concurrency", start: float = 1, max_poi
 def _point_text(point: dict) -> str:
     if point["status"] != "ok":
         return f"{point['status']}: {point['message'][:160]}"
+    disturbed = f" [DISTURBED: {point['disturbed']}]" if point["disturbed"] else ""
     return (f"{point['output_tokens_per_s'] or 0:.4g} output tokens/s, {point['tokens_per_s_per_user'] or 0:.4g} "
             f"tokens/s per user, p99 TTFT {point['ttft_ms_p99'] or 0:.0f} ms, client CPU "
-            f"{point['client_cpu_fraction'] or 0:.2f}")
+            f"{point['client_cpu_fraction'] or 0:.2f}{disturbed}")

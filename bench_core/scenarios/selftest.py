@@ -30,6 +30,7 @@ from bench_core.launch.batch_search import find_max_batch
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.launch.supervisor import Child, python_command, supervise
 from bench_core.measure import environment
+from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import error_message
 from bench_core.workload.precision import resolve_precision
 
@@ -109,6 +110,12 @@ def environment_summary() -> dict:
     return {"environment": {k: env.get(k) for k in keys}}
 
 
+def rate_text(row: dict) -> str:
+    """'123.4 samples/s', and what disturbed it where something did (a figure is marked where it is shown)."""
+    flags = disturbances(row.get("noise_flags"))
+    return f"{row['samples_per_s']:.1f} samples/s" + (f" (DISTURBED: {flags})" if flags else "")
+
+
 # -- CPU: quick, always ----------------------------------------------------------------------
 
 def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
@@ -121,7 +128,7 @@ def cpu_checks(checklist: Checklist, rows_dir: Path) -> None:
             row = run_benchmark(cfg)[0]
             rows.append(row)
             ok = row["status"] == "ok"
-            return ok, (f"{row['samples_per_s']:.1f} samples/s" if ok else f"{row['status']}: {row['message']}")
+            return ok, (rate_text(row) if ok else f"{row['status']}: {row['message']}")
         return probe
 
     checklist.run("cpu fp32 train (resnet18, 32 px)", one("train"))
@@ -260,7 +267,7 @@ def device_checks(checklist: Checklist, device: str, result: dict | None, second
         cfg, row = run["config"], run["row"]
         name = f"{device} {cfg['mode']} {cfg['precision']} compile={cfg.get('compile', 'off')}"
         if row["status"] == "ok":
-            checklist.add(name, PASS, f"{row['samples_per_s']:.1f} samples/s")
+            checklist.add(name, PASS, rate_text(row))
         elif row["status"] == "unsupported":
             checklist.add(name, SKIPPED, f"unsupported here: {row['message']}")
         else:
@@ -338,7 +345,7 @@ def _ddp_run() -> tuple[bool, str]:
         problems.append("replicas not in sync after the window")
     if FOREIGN_FLAG in (row.get("noise_flags") or ""):
         problems.append(f"flagged {row['noise_flags']} (the launcher must hold no context)")
-    return not problems, "; ".join(problems) or f"{row['samples_per_s']:.1f} samples/s, replicas in sync, no foreign pid"
+    return not problems, "; ".join(problems) or f"{rate_text(row)}, replicas in sync, no foreign pid"
 
 
 def _allreduce() -> tuple[bool, str]:

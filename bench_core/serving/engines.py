@@ -63,6 +63,13 @@ class Engine:
             return bool(module) and importlib.util.find_spec(module.split(".")[0]) is not None
         return shutil.which(program) is not None
 
+    def check_installed(self) -> None:
+        """Refuse (bad input) an engine this machine cannot start: checked before the model folder is
+        written or any line says it is starting, so a refusal leaves nothing behind."""
+        if not self.installed():
+            raise ConfigError("engine", f"{self.name}: {self.program} is not installed here ({self.description}); "
+                                        "install it, or give server_url of a running server")
+
     def local_version(self) -> str:
         """The engine's version as installed here ('' when unknown)."""
         if not self.package:

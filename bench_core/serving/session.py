@@ -47,6 +47,8 @@ def prepare(cfg: BenchConfig) -> tuple[Engine, Path, bool]:
     """The engine, the model folder to serve (the user's, or the named shape written once) and
     whether the engine loads random weights itself."""
     engine = resolve_engine(cfg.engine)
+    if not cfg.server_url:  # before the model folder is written: a refused command leaves nothing behind
+        engine.check_installed()
     dummy = bool(engine.dummy_weights) and not cfg.model_dir
     if cfg.model_dir:
         folder = Path(cfg.model_dir)
@@ -103,7 +105,7 @@ class ServingSession:
         """Untimed requests (at most the point's concurrency at once); their failures end the run."""
         if not cfg.warmup_steps:
             return
-        self.say(f"serve: {cfg.warmup_steps} warm-up requests")
+        self.say(f"serve: {describe_load(cfg)}: {cfg.warmup_steps} warm-up requests")
         result = self._point(cfg, cfg.warmup_steps, min(cfg.concurrency or 1, cfg.warmup_steps), None, warm_up=True)
         failed = [r for r in result.records if not r.ok]
         if failed:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench_core.files import atomic_write_text
+from bench_core.results.disturbed import disturbances, disturbed_note
 from bench_core.results.store import iter_rows
 from bench_core.summary.reference import gpu_matches, load_reference
 
@@ -307,11 +308,13 @@ def table(result, checks: list[Check]) -> str:
             value = _num(r, "throughput")
             mfu, power = _num(r, "mfu"), _num(r, "power_w_mean")
             peak = _num(r, "peak_mem_allocated_bytes")
+            flags = disturbances(r.get("noise_flags"))  # a disturbed figure is marked where it is shown
             lines.append(f"  {_label(r)[:52]:<52} {r.get('status'):<11} "
                          + (f"{value:10.4g} {r.get('throughput_unit') or '':<18}" if value else f"{'':29}")
                          + (f" MFU {mfu:.3f}" if mfu is not None else "")
                          + (f" {power:.0f} W" if power is not None else "")
-                         + (f" {peak / 2**30:.1f} GiB" if peak else ""))
+                         + (f" {peak / 2**30:.1f} GiB" if peak else "")
+                         + (f" DISTURBED: {flags}" if flags else ""))
     lines += ["", "checks:"]
     for c in checks:
         lines.append(f"  [{c.status.upper():7s}] {c.name}")
@@ -319,6 +322,7 @@ def table(result, checks: list[Check]) -> str:
     counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, SKIPPED)}
     kept = [name for name in ("acceptance.json", "results.csv", "report.html", "selftest.json")
             if (result.out / name).is_file()]
+    note = disturbed_note(rows)  # the checks that compare speeds rest on these figures
     lines += ["", f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIPPED]} skipped; "
-                  f"results in {result.out} ({', '.join(kept)})"]
+                  f"results in {result.out} ({', '.join(kept)})" + (f"; {note}" if note else "")]
     return "\n".join(lines)

@@ -45,12 +45,19 @@ def show_title(res: Results, title: str = "") -> None:
         "Precisions": ", ".join(ordered(rows["precision"], PRECISION_ORDER)),
         "Inputs": short_list(ordered(rows["input_shape"], None), 8),
         "Batch sizes per device": ", ".join(int_text(v) for v in sorted(set(rows["batch_size"].dropna()))),
-        "Configurations": f"{rows['config'].nunique()}, in {len(rows)} result rows ({counts})",
+        "Configurations": f"{configurations(rows)}, in {len(rows)} result rows ({counts})",
     }
     items = "".join(f"<li><strong>{name}</strong>: {esc(text)}</li>" for name, text in measured_items.items() if text)
     lines.append(f"<p><strong>Machines</strong> ({len(machines)}):</p><ul>{''.join(machines)}</ul>"
                  f"<p><strong>Measured</strong>:</p><ul>{items}</ul>")
     show_html("".join(lines))
+
+
+def configurations(rows: pd.DataFrame) -> int:
+    """Distinct configurations, as bench sweep counts them: one per config_hash (every setting, not only
+    those a label names); rows written without one count by their label."""
+    hashes = rows["config_hash"].where(rows["config_hash"].map(is_present), rows["config"])
+    return hashes.nunique()
 
 
 def machine_text(machine: dict) -> str:

@@ -17,7 +17,7 @@ from itables import init_notebook_mode, to_html_datatable
 
 from bench_core.results.rows import error_message
 from bench_core.summary.load import PRECISION_ORDER, Results
-from bench_core.summary.text import int_text, is_present, num_text
+from bench_core.summary.text import applies, int_text, is_present, num_text
 
 DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
 PIXEL_RATIO = 2              # charts are rendered at 2x for sharp text on high-dpi screens
@@ -298,8 +298,10 @@ def label_columns(table: pd.DataFrame, always: tuple[str, ...] = (), never: tupl
     fmt = {"precision": str, "mode": str, "input_shape": str, "batch_size": lambda v: f"bs{int_text(v)}",
            "world_size": lambda v: f"x{int_text(v)}", "compile": lambda v: f"compile={v}",
            "channels_last": lambda v: "channels_last" if v else "nchw"}
+    # A row names only the fields its family has: a text model's label does not end in "nchw".
     return [" ".join([str(row.get("model") or "?")]
-                     + [fmt[c](row.get(c)) if is_present(row.get(c)) else "?" for c in (*always, *varying)])
+                     + [fmt[c](row.get(c)) if is_present(row.get(c)) else "?" for c in (*always, *varying)
+                        if applies(row, c)])
             for row in table.to_dict("records")]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
+from bench_core.config.serve import load_text
 from bench_core.measure.noise import current_flags
 from bench_core.results.rows import (  # noqa: F401 - WORKLOAD and machine_label re-exported
     WORKLOAD,
@@ -226,7 +227,8 @@ def unit_items(unit: str) -> str:
 
 def config_label(row: dict) -> str:
     parts = [str(row.get(k) or "?") for k in ("model", "mode", "precision")]
-    parts.append(f"bs{int_text(row.get('batch_size'))}")
+    # A serving point has a load (users or a rate), not a batch: two loads are two configurations.
+    parts.append(load_text(row) or f"bs{int_text(row.get('batch_size'))}")
     if is_present(row.get("input_shape")):
         parts.append(str(row["input_shape"]))
     if is_present(row.get("world_size")) and row["world_size"] > 1:

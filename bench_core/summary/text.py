@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from bench_core.workload.models import REGISTRY, TASKS
+
 
 def wrap_text(text: str, width: int = 28) -> str:
     import textwrap
@@ -76,6 +78,15 @@ def is_present(value) -> bool:
     if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return False
     return str(value).strip() != ""  # the text "nan" is a status, not a missing value
+
+
+def applies(row: dict, name: str) -> bool:
+    """Whether field `name` names something the row's task has (its family says: workload.family.Task.applies),
+    by the row's task, else its model's (a table grouped without the task); True where neither is known here
+    (a model from your code)."""
+    spec = REGISTRY.get(str(row.get("model")))
+    task = TASKS.get(str(row.get("task"))) or (spec.task if spec else None)
+    return task is None or task.applies(name)
 
 
 def short_list(items, limit: int = 6) -> str:

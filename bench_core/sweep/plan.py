@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_core.capability import EMULATED
-from bench_core.config.schema import BenchConfig, check_known_keys, load_yaml_mapping
+from bench_core.config.mistakes import ConfigErrors, Mistakes
+from bench_core.config.schema import BenchConfig, check_known_keys
+from bench_core.config.serve import load_text
 from bench_core.config.sweepfile import (
     EMULATED_CHOICES,
     MAX_CONFIGS,
@@ -26,6 +28,7 @@ from bench_core.config.sweepfile import (
     parse_runs,
     parse_timeout,
 )
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.devices import Backend, available_devices, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.sweep.notebook import describe, safe_name
@@ -107,7 +110,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
         data = load_yaml_mapping(path, "sweep")
         if "use" in data:
             raise ConfigError("use", f"{path.name} is itself a selector; point `use` at a sweep file")
-    plan = parse_sweep(data, default_name=path.stem)
+    plan = parse_sweep(data, default_name=path.stem, where=str(path))
     plan.text, plan.source, plan.notes, plan.folder = path.read_text(), str(path), notes + plan.notes, folder
     return plan
 
@@ -131,41 +134,47 @@ def _select(use: Any, path: Path) -> tuple[str, Path]:
     return choice, chosen
 
 
-def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
-    """Validate a sweep dict and expand it into configurations and executions."""
+def parse_sweep(data: Any, default_name: str = "sweep", where: str = "the sweep file") -> SweepPlan:
+    """Validate a sweep dict and expand it into configurations and executions. Every mistake is said at once
+    (config.mistakes): each part is checked on its own, then every combination the rest allows."""
     if not isinstance(data, dict):
         raise ConfigError("sweep", f"must be a mapping of keys to values, got {type(data).__name__}")
-    check_known_keys(data, list(SWEEP_KEYS), where="sweep file")
+    found = Mistakes()
+    with found.kept():
+        check_known_keys(data, list(SWEEP_KEYS), where="sweep file")
     name = data.get("name", default_name)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
-        raise ConfigError("name", f"must be a folder name (letters, digits, '.', '_', '-'), got {name!r}")
+        found.add(ConfigError("name", f"must be a folder name (letters, digits, '.', '_', '-'), got {name!r}"))
     if not isinstance(data.get("description", ""), str):
-        raise ConfigError("description", f"must be text, got {data['description']!r}")
-    timeout_s = parse_timeout(data.get("timeout_s"))
+        found.add(ConfigError("description", f"must be text, got {data['description']!r}"))
+    timeout_s = None
+    with found.kept():
+        timeout_s = parse_timeout(data.get("timeout_s"))
+    with found.kept():
+        parse_runs(data.get("runs", 1))
+    emulated = data.get("emulated", "run")
+    if emulated not in EMULATED_CHOICES:
+        found.add(ConfigError("emulated", f"got {emulated!r}; allowed: {', '.join(EMULATED_CHOICES)}"))
     fields = BenchConfig.field_names()
 
     settings = data.get("settings") or {}
     if not isinstance(settings, dict):
-        raise ConfigError("settings", f"must be a mapping of BenchConfig fields to values, got {settings!r}")
-    check_known_keys(settings, fields, where="settings")
+        found.add(ConfigError("settings", f"must be a mapping of BenchConfig fields to values, got {settings!r}"))
+        settings = {}
+    with found.kept():
+        check_known_keys(settings, fields, where="settings")
+    settings = {k: v for k, v in settings.items() if k in fields}  # the known ones still check every combination
 
-    entries = grids(data.get("grid"), fields)
+    entries = []
+    with found.kept():
+        entries = grids(data.get("grid"), fields, found)
     count = sum(math.prod(len(values) for values in grid.values()) for grid in entries)
     if count > MAX_CONFIGS:
-        raise ConfigError("grid", f"expands to {count} configurations; at most {MAX_CONFIGS} per sweep")
+        found.add(ConfigError("grid", f"expands to {count} configurations; at most {MAX_CONFIGS} per sweep"))
+        entries = []
 
-    emulated = data.get("emulated", "run")
-    if emulated not in EMULATED_CHOICES:
-        raise ConfigError("emulated", f"got {emulated!r}; allowed: {', '.join(EMULATED_CHOICES)}")
-
-    configs, seen = [], set()
-    for grid in entries:
-        for combo in itertools.product(*grid.values()):
-            chosen = dict(zip(grid, combo))
-            cfg = _config({**settings, **chosen}, chosen, settings)
-            if cfg.config_hash() not in seen:
-                seen.add(cfg.config_hash())
-                configs.append(cfg)
+    configs = _configs(entries, settings, found)
+    found.raise_any(where)
     configs, notes, skipped = _emulated(configs, emulated)
     if not configs:
         raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
@@ -173,6 +182,29 @@ def parse_sweep(data: Any, default_name: str = "sweep") -> SweepPlan:
     plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
                      notes=notes, skipped=skipped, predict_gpus=data.get("predict_gpus"), prices=data.get("price"))
     return with_runs(plan, data.get("runs", 1))
+
+
+def _configs(entries: list[dict[str, list]], settings: dict, found: Mistakes) -> list[BenchConfig]:
+    """Every combination's BenchConfig, each once; a mistake met in several combinations is said once, with
+    how many it is in."""
+    configs, seen, wrong = [], set(), {}
+    for grid in entries:
+        for combo in itertools.product(*grid.values()):
+            chosen = dict(zip(grid, combo))
+            try:
+                cfg = _config({**settings, **chosen}, chosen, settings)
+            except ConfigError as exc:
+                for error in getattr(exc, "errors", [exc]):
+                    wrong.setdefault(str(error).split(" (grid combination: ")[0], []).append(error)
+                continue
+            if cfg.config_hash() not in seen:
+                seen.add(cfg.config_hash())
+                configs.append(cfg)
+    for first, *others in wrong.values():
+        if others and first.field.isidentifier() and "grid combination" in str(first):
+            first = ConfigError(first.field, f"{str(first)[len(first.field) + 2:-1]}; and {len(others)} more)")
+        found.add(first)
+    return configs
 
 
 def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig], list[str], list[dict]]:
@@ -202,21 +234,27 @@ def _emulated(configs: list[BenchConfig], policy: str) -> tuple[list[BenchConfig
 
 
 def _config(values: dict, chosen: dict, settings: dict) -> BenchConfig:
-    """One BenchConfig; its error names the field and, when the field is not a setting, the grid combination."""
+    """One BenchConfig; each of its errors names the field and, when the field is not a setting, the grid
+    combination."""
     try:
         cfg = BenchConfig.from_dict(values)
         resolve_device(cfg.device)  # an absent device is bad input here, as for `bench run`
         # More processes than this machine has devices is not refused here: a scaling sweep
         # (1, 2, 4, 8 devices) runs what fits and records the rest as `unsupported` rows.
     except ConfigError as exc:
-        if not exc.field.isidentifier():  # already quoted by ConfigError: pass it on as it is
-            raise
-        problem = str(exc)[len(exc.field) + 2:]
-        if len(chosen) > 1 and exc.field not in settings:
-            combo = ", ".join(f"{k}={v!r}" for k, v in chosen.items() if k != exc.field)
-            problem = f"{problem} (grid combination: {combo})"
-        raise ConfigError(exc.field, problem) from None
+        errors = [_in_combination(e, chosen, settings) for e in getattr(exc, "errors", [exc])]
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors) from None
     return cfg
+
+
+def _in_combination(exc: ConfigError, chosen: dict, settings: dict) -> ConfigError:
+    if not exc.field.isidentifier():  # already quoted by ConfigError: pass it on as it is
+        return exc
+    problem = str(exc)[len(exc.field) + 2:]
+    if len(chosen) > 1 and exc.field not in settings:
+        combo = ", ".join(f"{k}={v!r}" for k, v in chosen.items() if k != exc.field)
+        problem = f"{problem} (grid combination: {combo})"
+    return ConfigError(exc.field, problem)
 
 
 def plan_executions(configs: list[BenchConfig], apart=None) -> list[Execution]:
@@ -302,7 +340,8 @@ def dry_run(plan: SweepPlan, out_dir: Path) -> int:
         width = max(len(c.precision) for c in execution.configs)
         modes = max(len(c.mode) for c in execution.configs)
         for cfg, shape in zip(execution.configs, inputs):  # a configuration a line: precision, mode, batch (input)
-            print(f"  {cfg.precision:<{width}} {cfg.mode:<{modes}} batch {cfg.batch_size}" + ("" if shared else f", {shape}"))
+            load = load_text(cfg.to_dict()) or f"batch {cfg.batch_size}"  # a serving point's load: it has no batch
+            print(f"  {cfg.precision:<{width}} {cfg.mode:<{modes}} {load}" + ("" if shared else f", {shape}"))
     return EXIT_OK
 
 

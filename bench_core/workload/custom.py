@@ -97,6 +97,7 @@ class CustomTask(Task):
     name = "custom"
     family = "custom"
     description = "your own model"
+    memory_layout = True  # where its inputs are 4D (check refuses channels_last otherwise)
 
     def __init__(self, ref: CodeRef, fn: Callable, fields: dict):
         self.ref, self.fn, self.fields = ref, fn, fields

@@ -37,6 +37,7 @@ class DetectionTask(ImageTask):
     """Images as a list (the model batches them itself) with a target dict each: boxes and labels,
     and with `masks` one random binary mask per box (instance segmentation)."""
     family = "detection"
+    memory_layout = False  # a list of images, not a 4D batch: channels_last is refused
 
     def __init__(self, name: str = "detection", masks: bool = False):
         super().__init__(name, target=None)

@@ -85,6 +85,7 @@ class DiffusionTask(Task):
     shape_fields = ("latent_size", "denoise_steps")
     modes = ("train", "infer")
     description = "a diffusion model (a denoiser)"
+    memory_layout = True  # its latents are 4D
 
     def build(self, spec: ModelSpec, cfg):
         return spec.builder.build(cfg.latent_size)

@@ -51,6 +51,12 @@ class Task:
     description = ""                         # 'a 2D classification model': how refusals name the model
     mfu_note: str | None = None              # why MFU does not apply to this task's rows (None: it does)
     has_transformer_blocks = False           # True: transformer_blocks finds them (FSDP, tensor parallel, checkpointing)
+    memory_layout = False                    # True: channels_last applies (a 4D image input, NCHW otherwise)
+
+    def applies(self, name: str) -> bool:
+        """Whether a row field names something this task's rows have: a label names only those (a text
+        model's label said 'nchw', a memory layout it does not have)."""
+        return name != "channels_last" or self.memory_layout
 
     def check(self, spec: "ModelSpec", cfg) -> None:
         """Fill the model's defaults into `cfg` and refuse what it cannot take (ConfigError)."""

@@ -52,6 +52,11 @@ def resolve_model(name: str) -> ModelSpec:
                                f"(bench models lists them); allowed: {allowed}")
 
 
+def models_taking(mode: str) -> list[str]:
+    """The built-in models whose task runs `mode` (what a refusal of a default model lists)."""
+    return [name for name in _BUILTIN if mode in REGISTRY[name].task.modes]
+
+
 def library_models(pattern: str) -> list[str]:
     """Every prefixed name (timm:<name>, torchvision:<name>, hf:<model_type>) matching a shell pattern, with
     or without its prefix; a pattern without wildcards matches anywhere in the name."""

@@ -20,6 +20,7 @@ class ImageTask(Task):
     sample = "image"
     unit = "images/s"
     shape_fields = ("width", "height")
+    memory_layout = True
 
     def __init__(self, name: str, target: Callable):
         self.name = name
