@@ -104,7 +104,10 @@ class BenchConfig:
     repeats: int = field(default=3, metadata=_opt("timed repeats; each is one result row"))
     device: str = field(default="auto", metadata=_opt("auto, cpu, cuda, cuda:N or mps"))
     channels_last: bool = field(default=False, metadata=_opt("use channels_last memory format (2D models)"))
-    compile: str = field(default="off", metadata=_opt("torch.compile mode", choices=COMPILE_MODES))
+    compile: str | None = field(default=None, metadata=_opt(
+        "torch.compile mode (default: default for fp8-tensorwise / fp8-rowwise, which are meant to be compiled: "
+        "eager, float8's casts and scales are kernels of their own; off for the other precisions)",
+        choices=COMPILE_MODES))
     optimizer: str = field(default="sgd", metadata=_opt("optimizer for train mode", choices=OPTIMIZERS))
     seed: int = field(default=0, metadata=_opt("random seed for weights and synthetic data"))
     cudnn_benchmark: bool = field(default=True, metadata=_opt("set torch.backends.cudnn.benchmark"))
@@ -255,11 +258,13 @@ def validate_device_name(name: str) -> str:
 
 def _validate(cfg: BenchConfig) -> None:
     cfg.mode = as_choice("mode", cfg.mode, MODES)
-    cfg.compile = as_choice("compile", cfg.compile, COMPILE_MODES)
     cfg.optimizer = as_choice("optimizer", cfg.optimizer, OPTIMIZERS)
     cfg.parallelism = as_choice("parallelism", cfg.parallelism, PARALLELISMS)
     cfg.activation_checkpointing = as_choice("activation_checkpointing", cfg.activation_checkpointing, CHECKPOINTING)
-    cfg.precision = resolve_precision(as_str("precision", cfg.precision)).name
+    precision = resolve_precision(as_str("precision", cfg.precision))
+    cfg.precision = precision.name
+    compile_defaulted = cfg.compile is None  # the row records the mode that ran: the precision's default
+    cfg.compile = precision.default_compile if compile_defaulted else as_choice("compile", cfg.compile, COMPILE_MODES)
     cfg.device = validate_device_name(as_str("device", cfg.device))
     cfg.rdzv_endpoint = as_str("rdzv_endpoint", cfg.rdzv_endpoint)
 
@@ -285,10 +290,6 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.cudnn_benchmark = as_bool("cudnn_benchmark", cfg.cudnn_benchmark)
     cfg.profile = as_bool("profile", cfg.profile)
 
-    if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:
-        raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
-                                          f"(compilation and CUDA-graph capture stay out of the window), "
-                                          f"got {cfg.warmup_steps}")
     if cfg.mode == "train" and cfg.precision == "fp16" and cfg.optimizer in ("adam", "adamw"):
         raise ConfigError("optimizer", f"{cfg.optimizer} with precision fp16 trains to NaN: its state is float16 (eps "
                                        "1e-8 rounds to 0, the second moment underflows) and pure fp16 has no master "
@@ -321,6 +322,11 @@ def _validate(cfg: BenchConfig) -> None:
     cfg.denoise_steps = as_int("denoise_steps", cfg.denoise_steps, minimum=1, optional=True)
     cfg.audio_frames = as_int("audio_frames", cfg.audio_frames, minimum=1, optional=True)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
+    if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:  # after the precision's refusals
+        why = f" ({cfg.precision} compiles by default; compile off runs it eager)" if compile_defaulted else ""
+        raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile}{why} "
+                                          f"(compilation and CUDA-graph capture stay out of the window), "
+                                          f"got {cfg.warmup_steps}")
     check_shared_prefix(cfg)  # against prompt_len, which the model's check fills
 
 
