@@ -6,6 +6,7 @@ against both the FP8 and the BF16 peak."""
 import importlib.util
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -17,6 +18,9 @@ from bench_core.measure import efficiency
 from bench_core.results import fidelity
 from bench_core.run import float8, reference
 from bench_core.run.runner import _make_step
+from bench_core.scenarios.compare import mixed_settings, pair_compile
+from bench_core.summary.effects import float8_notes, settings_effects
+from bench_core.summary.load import Results
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import PRECISIONS, resolve_precision
 from conftest import bench_here, tiny
@@ -120,6 +124,39 @@ def test_an_eager_fp8_row_says_why_it_is_slow_and_a_compiled_one_does_not():
     assert "9,971 ops a step, float8's casts" in float8.eager_note(eager, H200_FP8_EAGER_OPS, None)["precision_note"]
     (row,) = run_benchmark(tiny(repeats=1))  # the terminal prints the note under the table
     assert format_rows([{**row, "precision_note": note}]).endswith(f"\nnote: {note}")
+
+
+def test_the_float8_verdict_compares_with_amp_bf16_under_the_same_compile_setting():
+    rows = []
+    for precision, compile_mode, speed in (("amp-bf16", "off", 100.0), ("fp8-tensorwise", "off", 35.0),
+                                           ("fp8-tensorwise", "default", 137.0), ("fp8-rowwise", "default", 120.0)):
+        for repeat, wobble in enumerate((0.99, 1.0, 1.01)):
+            rows.append({"machine": "h200", "model": "llama-1b", "mode": "train", "precision": precision,
+                         "batch_size": 4, "compile": compile_mode, "status": "ok", "repeat": repeat,
+                         "samples_per_s": speed * wobble, "noise_flags": "", "run_id": "r",
+                         "precision_note": "fp8-tensorwise ran eager (...)" if compile_mode == "off" and
+                         precision != "amp-bf16" else None})
+    res = Results(pd.DataFrame(rows).reindex(columns=[*rows[0], "input_shape", "world_size", "channels_last",
+                                                      "parallelism", "tp_degree", "activation_checkpointing"]), [])
+    table = settings_effects(res)
+    float8_rows = table[table["setting"].str.endswith("vs amp-bf16")]
+    # fp8 eager against amp-bf16 eager only: the compiled fp8 rows have no amp-bf16 twin with compile=default
+    assert list(zip(float8_rows["setting"], float8_rows["compile"])) == [("fp8-tensorwise vs amp-bf16", "off")]
+    assert float8_rows.iloc[0]["verdict"] == "slower" and float8_rows.iloc[0]["ratio"] == pytest.approx(0.35)
+    notes = float8_notes(res)
+    unpaired = [n for n in notes if "not compared" in n]
+    assert len(unpaired) == 2 and all("amp-bf16 only with compile=off" in n and "ran with compile=default" in n
+                                      for n in unpaired)
+    assert "fp8-tensorwise ran eager (...)" in notes
+
+
+def test_bench_compare_of_a_precision_and_fp8_runs_both_under_one_compile_setting():
+    bf16, fp8 = BenchConfig(**LLAMA, precision="amp-bf16"), BenchConfig(**LLAMA, precision="fp8-tensorwise")
+    a, b, note = pair_compile(bf16, fp8, given=False)
+    assert (a.compile, b.compile) == ("default", "default") and "fp8-tensorwise compiles by default" in note
+    assert pair_compile(bf16, fp8, given=True)[:2] == (bf16, fp8)  # asked for: kept, and the verdict says so
+    assert "B/A is of both changes together" in mixed_settings(bf16.to_dict(), fp8.to_dict())
+    assert mixed_settings(a.to_dict(), b.to_dict()) == ""
 
 
 def test_a_float8_check_that_cannot_run_names_what_failed_not_an_inference_config(tmp_path):
