@@ -49,6 +49,12 @@ loss). On an H200, llama-1b (batch 4, 1,024 tokens, SGD) fp8-tensorwise eager wa
 1.2 % off amp-bf16 over those steps; a step without a usable gradient would be 23 % off at the second
 (the first update takes 24 % of its loss away). A model whose steps barely move its loss (llama-tiny
 at lr 1e-4: under 0.1 % a step) has its forward checked this way, its gradients hardly.
+
+Degenerate references are no check: torchvision's ViT starts with a zero head, so its outputs are
+0 in every precision and any variant would be "within 0 %". The check re-draws a layer whose weight
+is all zero at initialisation with the layer's own reset_parameters (as every other weight was
+drawn), on both sides from the same seed, and says so in output_reference; a reference whose outputs
+are still constant is "not checked", never "within tolerance".
 """
 from __future__ import annotations
 
@@ -167,7 +173,9 @@ METHOD_TEXT = (
     "training steps (its logits at random initialisation stray by tens of percent in a deep model while "
     "its losses agree within a few). Tolerances, from each precision's rounding: "
     + "; ".join(t.text() for t in TOLERANCES.values()) +
-    ". A variant outside its tolerance is 'wrong results' and gets no speed verdict (bench compare "
+    ". A layer whose weight is all zero at initialisation (torchvision's ViT head) is re-drawn at random on "
+    "both sides, and a reference whose outputs are constant is 'not checked': it could not fail. A variant "
+    "outside its tolerance is 'wrong results' and gets no speed verdict (bench compare "
     "exits 1); its rows keep the deviation (output_check, output_cosine, output_rel_error, "
     "loss_rel_error). Multi-process runs, FSDP and generate mode are not checked."
 )

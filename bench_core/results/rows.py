@@ -183,7 +183,8 @@ _MEASURED = [
                      "once per configuration outside the timed window on at most 16 samples a side: within "
                      "tolerance | wrong results | not checked: why; empty for the reference itself "
                      "(results/fidelity.py)"),
-    ("output_reference", "what the outputs were checked against: fp32 eager NCHW, or amp-bf16 eager (float8)"),
+    ("output_reference", "what the outputs were checked against: fp32 eager NCHW, or amp-bf16 eager (float8), and "
+                         "the layers re-drawn at random on both sides because they were zero at initialisation"),
     ("output_tolerance", "the precision's tolerance: minimum cosine similarity and maximum relative error (float8: "
                          "the training losses compared and how far each may be off)"),
     ("output_cosine", "cosine similarity of the variant's forward outputs to the reference's (all floating-point "
