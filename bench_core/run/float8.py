@@ -47,7 +47,7 @@ def eager_note(cfg, ops_per_step: int | None, twin_ops_per_step: int | None) -> 
     if not resolve_precision(cfg.precision).float8_recipe or cfg.compile != "off":
         return {}
     if ops_per_step and twin_ops_per_step:
-        ops = (f"{ops_per_step:,} ops a step against {twin_ops_per_step:,} for the same model in amp-bf16 "
+        ops = (f"{ops_per_step:,} ops a step against {twin_ops_per_step:,} for the same model in amp-bf16 eager "
                f"({ops_per_step / twin_ops_per_step:.1f}x)")
     else:
         ops = f"{ops_per_step:,} ops a step" if ops_per_step else "its ops a step were not counted"
