@@ -125,8 +125,10 @@ def precisions_reference() -> str:
     """Each precision name with exactly one meaning, and the seed projects' spellings."""
 
     rows = [[_code(p.name), _cell(p.description), p.cast_dtype or "float32", p.autocast_dtype or "",
-             "yes" if p.grad_scaler else "", "yes" if p.tf32 else ""] for p in PRECISIONS.values()]
-    header = ["precision", "meaning", "weights and inputs", "autocast dtype", "GradScaler (train)", "TF32"]
+             "yes" if p.grad_scaler else "", "yes" if p.tf32 else "", _code(p.default_compile), _code(p.check_against)]
+            for p in PRECISIONS.values()]
+    header = ["precision", "meaning", "weights and inputs", "autocast dtype", "GradScaler (train)", "TF32",
+              "compile when not given", "output check against"]
     table = _table(header, rows)
     by_target: dict[str, list[str]] = {}
     for alias, target in ALIASES.items():

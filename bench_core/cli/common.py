@@ -277,7 +277,8 @@ def format_rows(rows: list[dict]) -> str:
         extras.append(f"embedding tables {rows[0]['embedding_table_bytes'] / 2**30:.3g} GiB")
     if rows[0].get("batch_search"):
         extras.append(rows[0]["batch_search"])
-    return head + "\n" + fitted_table(shown, terminal_width()) + "\n" + ", ".join(e for e in extras if e)
+    why = f"\nnote: {rows[0]['precision_note']}" if rows[0].get("precision_note") else ""  # an eager fp8 row's slowness
+    return head + "\n" + fitted_table(shown, terminal_width()) + "\n" + ", ".join(e for e in extras if e) + why
 
 
 def serve_load(row: dict) -> str:

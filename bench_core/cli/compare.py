@@ -18,11 +18,11 @@ from bench_core.cli.common import (
     write_json,
 )
 from bench_core.cli.diff import fraction
-from bench_core.config.schema import BenchConfig
+from bench_core.config.schema import BenchConfig, load_yaml_mapping
 from bench_core.devices import check_runnable
 from bench_core.files import check_writable
 from bench_core.results.comparison import DISTURBED, MIN_EFFECT
-from bench_core.scenarios.compare import compare, parse_overrides
+from bench_core.scenarios.compare import compare, pair_compile, parse_overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,11 +62,16 @@ def main(args: argparse.Namespace) -> int:
     refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
     base = config_from_args(args)
     over_a, over_b = parse_overrides(args.a, "--a"), parse_overrides(args.b, "--b")
-    cfg_a = BenchConfig.from_dict({**base.to_dict(), **over_a})
-    cfg_b = BenchConfig.from_dict({**base.to_dict(), **over_b})
+    given = _compile_given(args, over_a, over_b)
+    # Not given, compile is each variant's precision's default (fp8 compiles), not what the shared part resolved to.
+    shared = {k: v for k, v in base.to_dict().items() if k != "compile" or given}
+    cfg_a, cfg_b, paired = pair_compile(BenchConfig.from_dict({**shared, **over_a}),
+                                        BenchConfig.from_dict({**shared, **over_b}), given)
     for cfg in (cfg_a, cfg_b):
         check_runnable(cfg)
     labels = tuple(" ".join(f"{k}={v}" for k, v in over.items()) or "as configured" for over in (over_a, over_b))
+    if paired:  # before the run: the user sees at once what runs
+        note_line(args, f"bench compare: {paired}")
     if args.out:
         check_writable(args.out)
     result = compare(cfg_a, cfg_b, rounds=args.rounds, tolerance=args.tolerance, labels=labels,
@@ -84,3 +89,9 @@ def main(args: argparse.Namespace) -> int:
     if result.verdict == DISTURBED:
         print(f"bench compare: disturbed: not judged, re-measure on a quiet machine ({result.reason})", file=sys.stderr)
     return result.exit_status
+
+
+def _compile_given(args: argparse.Namespace, *overrides: dict) -> bool:
+    """Whether compile was set anywhere: a flag, the config file, --a or --b."""
+    in_file = bool(args.config_file) and "compile" in load_yaml_mapping(args.config_file, "config")
+    return getattr(args, "compile", None) is not None or in_file or any("compile" in over for over in overrides)

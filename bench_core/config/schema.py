@@ -102,7 +102,10 @@ class BenchConfig:
     repeats: int = field(default=3, metadata=_opt("timed repeats; each is one result row"))
     device: str = field(default="auto", metadata=_opt("auto, cpu, cuda, cuda:N or mps"))
     channels_last: bool = field(default=False, metadata=_opt("use channels_last memory format (2D models)"))
-    compile: str = field(default="off", metadata=_opt("torch.compile mode", choices=COMPILE_MODES))
+    compile: str | None = field(default=None, metadata=_opt(
+        "torch.compile mode (default: default for fp8-tensorwise / fp8-rowwise, which are meant to be compiled: "
+        "eager, float8's casts and scales are kernels of their own; off for the other precisions)",
+        choices=COMPILE_MODES))
     optimizer: str = field(default="sgd", metadata=_opt("optimizer for train mode", choices=OPTIMIZERS))
     seed: int = field(default=0, metadata=_opt("random seed for weights and synthetic data"))
     cudnn_benchmark: bool = field(default=True, metadata=_opt("set torch.backends.cudnn.benchmark"))
@@ -269,7 +272,8 @@ def _whole(name: str, minimum: int, optional: bool = False) -> Callable[[Any], i
 # combine fields, and run once each field is right.
 FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "mode": lambda v: as_choice("mode", v, MODES),
-    "compile": lambda v: as_choice("compile", v, COMPILE_MODES),
+    # None: the precision's own default (fp8 compiles), filled in once the precision is known
+    "compile": lambda v: None if v is None else as_choice("compile", v, COMPILE_MODES),
     "optimizer": lambda v: as_choice("optimizer", v, OPTIMIZERS),
     "parallelism": lambda v: as_choice("parallelism", v, PARALLELISMS),
     "activation_checkpointing": lambda v: as_choice("activation_checkpointing", v, CHECKPOINTING),
@@ -303,12 +307,11 @@ def _validate(cfg: BenchConfig) -> None:
             setattr(cfg, name, check(getattr(cfg, name)))
     found.raise_any()
     cfg.model = spec.name
+    compile_defaulted = cfg.compile is None  # the row records the mode that ran: the precision's default
+    if compile_defaulted:
+        cfg.compile = resolve_precision(cfg.precision).default_compile
     cfg.currency = as_currency(cfg.currency, cfg.price_per_hour)
 
-    if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:
-        raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile} "
-                                          f"(compilation and CUDA-graph capture stay out of the window), "
-                                          f"got {cfg.warmup_steps}")
     if cfg.mode == "train" and cfg.precision == "fp16" and cfg.optimizer in ("adam", "adamw"):
         raise ConfigError("optimizer", f"{cfg.optimizer} with precision fp16 trains to NaN: its state is float16 (eps "
                                        "1e-8 rounds to 0, the second moment underflows) and pure fp16 has no master "
@@ -325,6 +328,11 @@ def _validate(cfg: BenchConfig) -> None:
 
     validate_serving(cfg)
     spec.check(cfg)  # fills the model's default input, refuses inputs, modes and settings its task cannot take
+    if cfg.compile != "off" and cfg.warmup_steps < MIN_COMPILE_WARMUP_STEPS:  # after the precision's refusals
+        why = f" ({cfg.precision} compiles by default; compile off runs it eager)" if compile_defaulted else ""
+        raise ConfigError("warmup_steps", f"must be >= {MIN_COMPILE_WARMUP_STEPS} with compile {cfg.compile}{why} "
+                                          f"(compilation and CUDA-graph capture stay out of the window), "
+                                          f"got {cfg.warmup_steps}")
     check_shared_prefix(cfg)  # against prompt_len, which the model's check fills
 
 

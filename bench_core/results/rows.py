@@ -36,6 +36,8 @@ from bench_core.errors import error_message  # noqa: F401 - re-exported: rows an
 # 7: model_code_path, model_code_sha256, model_code_commit (a model from your code); 8: serving traffic's
 #    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, ...); ops_per_step
 # 9: gpu_busy, gpu_busy_method (host-bound rows), power_limit_w (power-capped rows)
+#    reference_ops_per_step and precision_note (float8: its amp-bf16 twin's ops a step; why an eager fp8 row is
+#    slow); compile records the mode that ran (fp8 precisions compile by default)
 SCHEMA_VERSION = 9
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -177,17 +179,25 @@ _MEASURED = [
     ("window_peak_rss_bytes", "largest RSS sampled during the timed window (telemetry)"),
     ("loss_final", "last loss of the window (train)"),
     ("loss_finite", "the last loss / output of the window was finite"),
-    ("output_check", "a variant's outputs against its reference (fp32 eager NCHW, same weights and inputs), checked "
+    ("output_check", "a variant's outputs against its reference (fp32 eager NCHW; float8: its first training "
+                     "losses against amp-bf16 eager's; same weights and inputs), checked "
                      "once per configuration outside the timed window on at most 16 samples a side: within "
                      "tolerance | wrong results | not checked: why; empty for the reference itself "
                      "(results/fidelity.py)"),
-    ("output_reference", "what the outputs were checked against: fp32 eager NCHW"),
-    ("output_tolerance", "the precision's tolerance: minimum cosine similarity and maximum relative error"),
+    ("output_reference", "what the outputs were checked against: fp32 eager NCHW, or amp-bf16 eager (float8), and "
+                         "the layers re-drawn at random on both sides because they were zero at initialisation"),
+    ("output_tolerance", "the precision's tolerance: minimum cosine similarity and maximum relative error (float8: "
+                         "the training losses compared and how far each may be off)"),
     ("output_cosine", "cosine similarity of the variant's forward outputs to the reference's (all floating-point "
                       "outputs flattened, float64); empty when non-finite"),
     ("output_rel_error", "relative L2 error of the variant's forward outputs: ||variant - reference|| / ||reference||; "
                          "empty when non-finite"),
-    ("loss_rel_error", "train: relative difference of the first training step's loss from the reference's"),
+    ("loss_rel_error", "train: difference of the first training step's loss from the reference's, relative to it "
+                       "(float8: the largest over its first 3 steps, relative to the reference's first loss)"),
+    ("reference_ops_per_step", "float8 rows: ops a step of the output check's reference, the same model in amp-bf16 "
+                               "eager, counted as ops_per_step is: what an eager fp8 step's ops are set against"),
+    ("precision_note", "why this precision's figure is what it is: an fp8 row run eager (compile off asked for) "
+                       "says its ops a step against amp-bf16's, and that float8 is meant to be compiled"),
     ("tf32_enabled", "TF32 allowed for fp32 matmul and conv, as torch reads it back after setting it"),
     ("tf32_flags", "every TF32 accessor read back after setting (legacy allow_tf32 / matmul precision and the "
                    "fp32_precision strings)"),

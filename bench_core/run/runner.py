@@ -219,6 +219,7 @@ class Session:
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
         counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        run.update(float8.eager_note(cfg, counted.ops, run.get("reference_ops_per_step")))  # why eager fp8 is slow
         losses.append(self._loss())
         # With compile on, the eager step has its own optimizer: once counted, drop it, or its
         # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
@@ -280,9 +281,11 @@ class Session:
             return None
 
 
-def _make_step(cfg, model, workload, precision: Precision, device):
+def _make_step(cfg, model, workload, precision: Precision, device, mode: str | None = None):
     """The step closure: exactly what a hand-written loop would do, nothing more. A step takes
-    the window's `mark` (timed_window passes it); only generate uses it, after each new token."""
+    the window's `mark` (timed_window passes it); only generate uses it, after each new token.
+    `mode` (default cfg.mode): the output check's forward pass of a training configuration."""
+    mode = mode or cfg.mode
     last: list = [None]
     autocast_dtype = getattr(torch, precision.autocast_dtype) if precision.autocast_dtype else None
 
@@ -291,7 +294,7 @@ def _make_step(cfg, model, workload, precision: Precision, device):
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=autocast_dtype)
 
-    if cfg.mode == "generate":
+    if mode == "generate":
         generate = workload.generate_call
 
         def generate_step(mark=None):
@@ -299,7 +302,7 @@ def _make_step(cfg, model, workload, precision: Precision, device):
                 last[0] = generate(model, mark)
         return generate_step, last
 
-    if cfg.mode == "infer":
+    if mode == "infer":
         call = workload.infer_call
 
         def infer_step(mark=None):

@@ -100,6 +100,11 @@ class Comparison:
                 flags = self.disturbed[i] if i < len(self.disturbed) else ""
                 lines.append(f"{i + 1:5d} {order:>5s} {a:12.4g} {b:12.4g} {b / a:7.3f}  "
                              f"{f'{flags}: left out' if flags else '-'}".rstrip())
+        lines += [f"{name}: {rows[0]['precision_note']}" for name, rows in (("A", self.rows_a), ("B", self.rows_b))
+                  if rows and rows[0].get("precision_note")]  # an eager fp8 variant says why it is slow
+        mixed = mixed_settings(self.config_a, self.config_b)
+        if mixed:
+            lines.append(mixed)
         emulated = self.emulated()
         if self.verdict and self.ci_low is not None:
             lines.append(f"B/A throughput = {self.ratio:.3f} ({CONFIDENCE:.0%} CI {self.ci_low:.3f} to "
@@ -120,6 +125,29 @@ class Comparison:
         device = self.rows_a[0].get("device_type") if self.rows_a else None
         where = "this CPU" if device == "cpu" else "this device"
         return f"; emulated on {where}: {', '.join(found)}: not what a GPU would show"
+
+
+def pair_compile(cfg_a: BenchConfig, cfg_b: BenchConfig, given: bool) -> tuple[BenchConfig, BenchConfig, str]:
+    """Two precisions are compared under one compile setting. Where compile was given nowhere and one
+    variant's precision compiles by default (float8) while the other's does not, both compile in that
+    mode -> (A, B, the note that says so); otherwise (A, B, '') as they are (given different compile
+    settings, the verdict's text says it judges both changes: mixed_settings)."""
+    if given or cfg_a.precision == cfg_b.precision or cfg_a.compile == cfg_b.compile:
+        return cfg_a, cfg_b, ""
+    compiled = cfg_a if cfg_a.compile != "off" else cfg_b
+    mode = compiled.compile
+    return cfg_a.replace(compile=mode), cfg_b.replace(compile=mode), (
+        f"compile={mode} for A and B: {compiled.precision} compiles by default, and two precisions are compared "
+        "under one compile setting (--compile off compares them eager)")
+
+
+def mixed_settings(config_a: dict, config_b: dict) -> str:
+    """'' unless A and B differ in precision and in compile: then the line saying the verdict judges both."""
+    if config_a["precision"] == config_b["precision"] or config_a["compile"] == config_b["compile"]:
+        return ""
+    return (f"A and B differ in precision and in compile (A {config_a['precision']} compile={config_a['compile']}, "
+            f"B {config_b['precision']} compile={config_b['compile']}): B/A is of both changes together, not of the "
+            "precision alone")
 
 
 def number(value: float | None, width: int) -> str:

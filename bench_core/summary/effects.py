@@ -1,5 +1,5 @@
 """What one setting does to speed, with its uncertainty: the same workload with one thing changed
-(the machine, the precision, the device count, torch.compile, channels_last), compared run by run
+(the machine, the precision, the device count, torch.compile, channels_last, float8), compared run by run
 where both sides have several runs, else repeat by repeat, with results.comparison (a ratio of
 geometric means, a 95 % t-interval and a verdict). Repeats flagged as disturbed (measure.noise)
 are left out; a comparison left with too few says "disturbed: re-measure". Plain pandas, no display.
@@ -14,6 +14,8 @@ from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import DISTURBED, compare_rows
 from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
 from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.text import is_present
+from bench_core.workload.precision import PRECISIONS
 
 COMPARED = ["baseline_median", "median", "ratio", "low", "high", "verdict", "reason", "n_baseline", "n_candidate",
             "text", "unit", "outputs"]
@@ -24,6 +26,10 @@ NUMERICS = ("precision", "compile", "channels_last")
 # (torchrun workers) against one. The precisions, compile modes and layouts of one model share a
 # sweep's execution (one process), so a run's shift is common to both sides and cancels.
 SEPARATE_PROCESSES = ("machine", "world_size")
+# float8 is set against the precision it runs everything else in, under the same compile setting: compile is
+# part of the workload compare_variants keeps equal, so a compiled fp8 row is never judged against eager bf16.
+FLOAT8 = tuple(name for name, p in PRECISIONS.items() if p.float8_recipe)
+FLOAT8_BASELINE = "amp-bf16"
 # The verdicts as a summary counts them, in the order it says them.
 COUNTED = {"faster": "faster in", "slower": "slower in", "no clear difference": "no clear difference in",
            "too few repeats": "too few repeats for an interval in", DISTURBED: "disturbed (re-measure) in",
@@ -100,9 +106,10 @@ def verdict_summary(table: pd.DataFrame, what: str = "configuration") -> str:
 
 
 def settings_effects(res: Results) -> pd.DataFrame:
-    """torch.compile against eager and channels_last against NCHW, where the results hold both
-    variants of an otherwise identical workload on the same machine. A `setting` column names the
-    comparison ('compile=default vs eager', 'channels_last vs NCHW')."""
+    """torch.compile against eager, channels_last against NCHW and float8 against amp-bf16 (under one
+    compile setting), where the results hold both variants of an otherwise identical workload on the
+    same machine. A `setting` column names the comparison ('compile=default vs eager', 'channels_last
+    vs NCHW', 'fp8-tensorwise vs amp-bf16')."""
     ok = res.ok
     parts = []
     compiled = compare_variants(ok, "compile", "off")
@@ -111,8 +118,37 @@ def settings_effects(res: Results) -> pd.DataFrame:
     layout = compare_variants(ok, "channels_last", False)
     if len(layout):
         parts.append(layout.assign(setting="channels_last vs NCHW"))
+    float8 = compare_variants(ok[ok["precision"].isin((*FLOAT8, FLOAT8_BASELINE))], "precision", FLOAT8_BASELINE)
+    if len(float8):
+        parts.append(float8.assign(setting=[f"{v} vs {FLOAT8_BASELINE}" for v in float8["precision"]]))
     if not parts:
         return pd.DataFrame(columns=["setting", "machine", *WORKLOAD, *COMPARED])
     table = pd.concat(parts, ignore_index=True)
     return table[["setting", "machine", *WORKLOAD, *COMPARED]]
 
+
+
+def float8_notes(res: Results) -> list[str]:
+    """What the report says beside the float8 comparison: an fp8 workload that ran with one compile
+    setting while amp-bf16 ran only with another is not compared, and says so (never silently set
+    against the other setting); and each eager fp8 row's precision_note (why it is slow)."""
+    ok = res.ok
+    fp8 = ok[ok["precision"].isin(FLOAT8)]
+    keys = ["machine", *[k for k in WORKLOAD if k not in ("precision", "compile")]]
+
+    def workload(row: dict) -> tuple:  # missing values (None, NaN) as one
+        return tuple(str(row.get(k)) if is_present(row.get(k)) else "" for k in keys)
+    compiled_as: dict[tuple, set] = {}  # each amp-bf16 workload -> the compile settings it ran with
+    for row in ok[ok["precision"] == FLOAT8_BASELINE].to_dict("records"):
+        compiled_as.setdefault(workload(row), set()).add(str(row["compile"]))
+    lines = []
+    for row in fp8.drop_duplicates([*keys, "precision", "compile"]).to_dict("records"):
+        others = sorted(compiled_as.get(workload(row), ()))
+        if others and str(row["compile"]) not in others:
+            lines.append(f"{row['precision']} {row['model']} {row['mode']} batch {row['batch_size']} ran with "
+                         f"compile={row['compile']}, {FLOAT8_BASELINE} only with compile={', '.join(others)}: not "
+                         f"compared (float8 is judged against {FLOAT8_BASELINE} under the same compile setting; run "
+                         f"{FLOAT8_BASELINE} with compile={row['compile']})")
+    if "precision_note" in fp8:
+        lines += [str(v) for v in dict.fromkeys(fp8["precision_note"]) if isinstance(v, str) and v]
+    return lines

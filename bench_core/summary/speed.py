@@ -8,7 +8,7 @@ import pandas as pd
 from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import DISTURBED
 from bench_core.summary.charts import can_compare, category_chart, zero_axis
-from bench_core.summary.effects import settings_effects
+from bench_core.summary.effects import float8_notes, settings_effects
 from bench_core.summary.html import (
     absent,
     chart_rows,
@@ -221,10 +221,14 @@ def show_amp_speedup(res: Results) -> None:
 @section
 def show_settings_effects(res: Results) -> None:
     table = settings_effects(res)
+    notes = float8_notes(res)  # an fp8 row not compared, or run eager: said whether or not a table follows
     if table.empty:
-        absent("No torch.compile or channels_last comparison: no workload here ran both with and without compile, "
-             "or both with and without channels_last, on the same machine (a sweep grid with compile: [off, "
-             "default] or channels_last: [false, true] gives one).")
+        absent("No torch.compile, channels_last or float8 comparison: no workload here ran both with and without "
+               "compile, both with and without channels_last, or in fp8 and amp-bf16 with one compile setting, on "
+               "the same machine (a sweep grid with compile: [off, default] or channels_last: [false, true] gives "
+               "one).")
+        for line in notes:
+            paragraph(line)
         return
     several = table["machine"].nunique() > 1
     other = [(" channels_last" if cl is True else "") if s.startswith("compile") else
@@ -242,6 +246,8 @@ def show_settings_effects(res: Results) -> None:
     show_table(table, {"setting": "setting", "workload": "workload", "baseline_median": "without (median samples/s)",
                        "median": "with (median samples/s)", "text": "with / without [95% CI], verdict",
                        "n_baseline": "repeats without", "n_candidate": "repeats with"})
+    for line in notes:
+        paragraph(line)
 
 
 @section
