@@ -18,7 +18,8 @@ from bench_core.cli.common import (
     write_json,
 )
 from bench_core.cli.diff import fraction
-from bench_core.config.schema import BenchConfig, load_yaml_mapping
+from bench_core.config.schema import BenchConfig
+from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.devices import check_runnable
 from bench_core.files import check_writable
 from bench_core.results.comparison import DISTURBED, MIN_EFFECT
