@@ -35,7 +35,8 @@ from bench_core.errors import error_message  # noqa: F401 - re-exported: rows an
 #    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
 # 7: model_code_path, model_code_sha256, model_code_commit (a model from your code); 8: serving traffic's
 #    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, ...); ops_per_step
-SCHEMA_VERSION = 8
+# 9: phase_times_s (where a configuration's time went outside its timed windows: a sweep's timing.json)
+SCHEMA_VERSION = 9
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -146,6 +147,11 @@ _MEASURED = [
     ("first_step_ms", "the first (cold) step, untimed for throughput, ms"),
     ("compile_s", "torch.compile time (first compiled step), s; empty when compile is off"),
     ("warmup_s", "seconds of the untimed warm-up steps"),
+    ("phase_times_s", "where the configuration's process spent its time, each phase timed as it happened, "
+                      "seconds as name=seconds: environment, capability, memory_estimate, output_check, build (the "
+                      "model, casts, workload), peak, first_step, flop_count, warmup, windows (the timed windows on "
+                      "the host clock), window_edges (telemetry's start and stop, the row), after_windows "
+                      "(profiles), release; the same in every row of the configuration"),
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
     ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),

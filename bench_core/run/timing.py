@@ -1,4 +1,5 @@
-"""The timed window and the statistics of its step times, and of the phases inside a step.
+"""The timed window and the statistics of its step times, and of the phases inside a step; and
+the seconds a configuration spends outside its windows, by phase.
 
 A window runs until it has both `min_steps` steps and `min_seconds` seconds. Throughput is
 samples in the window / window seconds, never a mean of per-step rates. A step may mark the
@@ -7,13 +8,57 @@ are timed on the same clock as the window, and never outside it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from bench_core.devices import Backend
+
+
+class Phases:
+    """Seconds a configuration spends in each phase outside its timed windows (building, checking,
+    counting, the first step, ...), timed as each happens: `with phases("build"): ...`. A phase
+    entered inside another is its own: the outer one counts only the rest. A phase entered twice
+    adds up. What a GPU hour is spent on besides measuring (a row's phase_times_s, a sweep's timing.json)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []  # per open phase: seconds of the phases inside it so far
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += spent
+
+    def add(self, name: str, seconds: float) -> None:
+        """A phase timed elsewhere (inside the open phase, if any: that one counts only the rest)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        if self._inner:
+            self._inner[-1] += seconds
+
+    def text(self) -> str | None:
+        """'environment=0.012 build=0.410 ...' (a row's phase_times_s); None when nothing was timed."""
+        return " ".join(f"{name}={s:.3f}" for name, s in self.seconds.items()) or None
+
+
+def parse_phases(text: str | None) -> dict[str, float]:
+    """A row's phase_times_s back into {phase: seconds} ({} when empty)."""
+    found = {}
+    for item in str(text or "").split():
+        name, _, value = item.partition("=")
+        with contextlib.suppress(ValueError):
+            found[name] = float(value)
+    return found
 
 
 @dataclass
