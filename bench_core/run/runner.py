@@ -109,7 +109,7 @@ class Session:
         self.ctx = ddp.context()
         self.backend: Backend | None = None
         self.precision: Precision | None = None
-        self.spec = self.step = self.last = self.fixed_steps = None
+        self.spec = self.step = self.last = self.fixed_steps = self.step_s = None
         self.failure: dict | None = None
         self.rows: list[dict] = []  # every finished window's row, kept before its progress line
         self.phases = Phases()  # seconds outside the first step, warm-up and windows, by phase
@@ -252,7 +252,7 @@ class Session:
         phases.add("warmup", run["warmup_s"])
         if cfg.mode == "train":  # each rank's loss is of its part of the global batch: the mean is the batch's
             run["warmup_losses"] = " ".join(f"{loss:.9g}" for loss in ddp.mean_over_ranks(losses))
-        per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
+        self.step_s = per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
         self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
         run.update(workload.facts)  # what the workload learnt in its first steps (a KV cache's size)
         run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * (ctx.world_size // cfg.tp_degree),
@@ -265,8 +265,10 @@ class Session:
         ddp.barrier()
         # Each window's own peak: not the build's, the FLOP-count step's or compilation's.
         backend.reset_peak_memory()
+        inner_marks = (cfg.new_tokens or 0) if cfg.mode == "generate" else 0  # generate marks each new token
         with telemetry.Sampler(backend) as sampler, _no_recompile(cfg.compile), self.phases("windows"):
-            window = timed_window(self.step, backend, cfg.steps, cfg.min_seconds, fixed_steps=self.fixed_steps)
+            window = timed_window(self.step, backend, cfg.steps, cfg.min_seconds, fixed_steps=self.fixed_steps,
+                                  step_s=self.step_s, marks_per_step=1 + inner_marks)
         window = ddp.slowest(window)
         row = {**self.run, "repeat": repeat,
                **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),

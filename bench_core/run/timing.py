@@ -114,18 +114,29 @@ class Window:
         return len(self.step_s)
 
 
+def expected_steps(min_steps: int, min_seconds: float, step_s: float | None, fixed_steps: int | None = None) -> int:
+    """How many steps a window will likely run: the agreed count, else enough for both minimums at the
+    warm-up's pace, with a margin (a window that runs longer makes its extra marks as it goes)."""
+    if fixed_steps is not None:
+        return fixed_steps
+    by_time = math.ceil(min_seconds / step_s * 1.25) + 2 if step_s and step_s > 0 else 0
+    return max(min_steps, min(by_time, 100_000))
+
+
 def timed_window(step: Callable[..., object], backend: Backend, min_steps: int, min_seconds: float,
-                 fixed_steps: int | None = None) -> Window:
+                 fixed_steps: int | None = None, step_s: float | None = None, marks_per_step: int = 1) -> Window:
     """Run `step(mark)` until both minimums are met. Nothing but the step runs between marks;
     `mark` (called by a step that times its phases) marks the same clock inside the step.
 
     On CUDA the loop condition reads the host clock, which runs ahead of the device by at
     most the launch queue; the window itself is measured by events, after one final sync.
     `fixed_steps` (distributed runs, where every rank must run the same number of steps)
-    replaces the condition by a count agreed before the window.
+    replaces the condition by a count agreed before the window. `step_s` (the warm-up's pace)
+    and `marks_per_step` (1 + the marks a step makes inside itself) let the clock prepare its
+    marks before the window (expected_steps).
     """
     backend.synchronize()
-    clock = backend.new_clock()
+    clock = backend.new_clock(1 + marks_per_step * expected_steps(min_steps, min_seconds, step_s, fixed_steps))
     inside = [0]  # marks the running step made inside itself
     per_step: list[int] = []
 
