@@ -38,3 +38,22 @@ def test_a_phase_inside_another_is_counted_once():
     assert phases.seconds["warmup"] == 5.0
     assert phases.seconds["build"] < 1.0  # the warm-up inside it is not the build's
     assert parse_phases(phases.text()).keys() == {"build", "check", "warmup"}
+
+
+def test_the_environment_is_read_once_a_process_and_is_in_every_row(checked_rows, monkeypatch):
+    """A sweep's kernel runs many configurations: each asked the package metadata again (and NVML for the
+    driver). What cannot change while the process runs is read once; every row still carries it."""
+    import torch
+    from bench_core.measure import environment
+    asked = []
+    monkeypatch.setattr(environment, "_version", lambda dist: asked.append(dist))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        env = environment.collect(torch.device("cpu"))
+    finally:
+        torch.set_num_threads(threads)
+    assert asked == []
+    assert env["torch_threads"] == 1  # what may change is read each time
+    for row in checked_rows:
+        assert row["torch_version"] == torch.__version__ and row["torchvision_version"] and row["host"]
