@@ -57,3 +57,15 @@ def test_the_environment_is_read_once_a_process_and_is_in_every_row(checked_rows
     assert env["torch_threads"] == 1  # what may change is read each time
     for row in checked_rows:
         assert row["torch_version"] == torch.__version__ and row["torchvision_version"] and row["host"]
+
+
+def test_a_kernel_that_does_not_serve_does_not_import_the_serving_client():
+    """The notebook's imports cell is paid once per sweep execution; aiohttp and the serving session
+    cost 0.3-0.5 s of it, and only mode serve needs them."""
+    import subprocess
+    import sys
+    probe = "import sys; from bench_core.sweep import notebook; print(sorted(m for m in ('aiohttp', " \
+            "'bench_core.serving.session') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
