@@ -49,6 +49,7 @@ CAUSES = {
     "between_cells": "papermill between cells (saving the notebook)",
     "kernel_shutdown": "kernel shutdown",
     "process_exit": "process exit, outcome and records",
+    "unstamped": "killed or crashed executions, after their last stamp",
     "between_executions": "between executions (the sweep's bookkeeping)",
 }
 
@@ -117,7 +118,7 @@ def execution_account(run_dir: Path, spawned: float, returned: float, marks: dic
         add("kernel_shutdown", done - cells[-1][2])
     add("process_exit", returned - done if done else None)
     if not (started and cells and done):  # a killed or crashed execution: what was not stamped is one lump
-        add("process_exit", (returned - spawned) - sum(seconds.values()))
+        add("unstamped", (returned - spawned) - sum(seconds.values()))
     return {"run_name": run_dir.name, "started_at": spawned, "execution_s": returned - spawned,
             "configurations": configurations, "seconds": seconds}
 
