@@ -187,16 +187,19 @@ def test_second_run_skips_both_and_force_reruns(tiny_sweep, capsys):
     before = run_rows(out)
     notebook = next(out.glob("runs/*/benchmark.ipynb"))
     stamp = notebook.stat().st_mtime_ns
+    account = (out / "timing.json").read_text()
 
     again = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "0 complete, 2 skipped" in again.stdout
     assert notebook.stat().st_mtime_ns == stamp  # no kernel was started
+    assert (out / "timing.json").read_text() == account  # nothing ran: the last sweep's account stays
     assert sorted(run_rows(out)["run_id"]) == sorted(before["run_id"])
 
     forced = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report", "--force")
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "2 complete, 0 skipped" in forced.stdout
+    assert json.loads((out / "timing.json").read_text())["configurations"] == 2 and "where the sweep's" in forced.stderr
     after = run_rows(out)
     assert len(after) == 2 and not set(after["run_id"]) & set(before["run_id"])
 

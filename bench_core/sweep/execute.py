@@ -156,10 +156,10 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
     try:
         return run_executions(plan, out_dir, template, force, kernel, progress, env)
-    finally:  # interrupted too: what ran is accounted
+    finally:  # interrupted too: what ran is accounted (a sweep that ran nothing keeps the last one's)
         account = timing.sweep_account(started, time.time(), timing.read_executions(out_dir, since=started))
-        timing.write_sweep(out_dir, account)
         if account["executions"]:
+            timing.write_sweep(out_dir, account)
             print(timing.table(account), file=sys.stderr)
 
 

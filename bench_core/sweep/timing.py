@@ -44,7 +44,7 @@ CAUSES = {
     "window_edges": "telemetry start/stop, rows",
     "after_windows": "after the windows (profiles)",
     "release": "release (gc, cache)",
-    "run_cell_other": "run cell, rest (dispatch, rows written)",
+    "run_cell_other": "run cell, rest (dispatch, batch searches, rows written)",
     "report_cells": "table, chart and environment cells",
     "between_cells": "papermill between cells (saving the notebook)",
     "kernel_shutdown": "kernel shutdown",
