@@ -5,6 +5,8 @@ One model, batch, input and precision, measured by:
                two synchronizes, as many steps as min_seconds takes);
   run          `bench run` in this process (run_benchmark: build, checks, warm-up, telemetry, one window);
   run-quiet    the same with the telemetry sampler off (a diagnostic: the sampler's share; not a default arm);
+  bare-marks   the bare loop marking the harness's step clock after each step (a diagnostic: the clock's share,
+               CUDA events on a GPU; not a default arm);
   run-process  `bench run --json` in a process of its own, `rounds` windows;
   notebook     notebooks/benchmark.ipynb through papermill (as bench sweep runs it), `rounds` windows.
 The in-process arms are interleaved round by round (the bare loop first in even rounds, last in odd ones);
@@ -48,6 +50,8 @@ class BareLoop:
     def __init__(self, cfg: BenchConfig):
         self.cfg, self.backend = cfg, Backend.for_device(resolve_device(cfg.device))
         device, precision = self.backend.device, resolve_precision(cfg.precision)
+        self.default_threads = torch.get_num_threads()
+        self.threads()
         self.backend.bind()
         self.backend.apply_knobs(precision, cfg.cudnn_benchmark)
         torch.manual_seed(cfg.seed)
@@ -59,6 +63,15 @@ class BareLoop:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-4, momentum=0.9) if cfg.mode == "train" else None
         for _ in range(max(cfg.warmup_steps, 1)):
             self.step()
+        self.backend.synchronize()
+        start = time.perf_counter()
+        self.step()
+        self.backend.synchronize()
+        self.pace = max(time.perf_counter() - start, 1e-5)  # a step's seconds: how many marks a window needs
+
+    def threads(self) -> None:
+        """The harness's thread count (--threads), set again before each window: a run puts back its own."""
+        torch.set_num_threads(self.cfg.num_threads or self.default_threads)
 
     def step(self) -> None:
         with torch.autocast(self.backend.type, dtype=self.autocast, enabled=self.autocast is not None):
@@ -71,12 +84,20 @@ class BareLoop:
         loss.backward()
         self.opt.step()
 
-    def window(self) -> float:
-        """Seconds per step over one window of at least cfg.steps steps and cfg.min_seconds seconds."""
+    def window(self, marks: bool = False) -> float:
+        """Seconds per step over one window of at least cfg.steps steps and cfg.min_seconds seconds;
+        `marks`: the harness's step clock marked after each step, as its window does."""
+        self.threads()
         self.backend.synchronize()
+        clock = self.backend.new_clock(expected_marks=1 + int(self.cfg.min_seconds / self.pace * 1.25) + self.cfg.steps) \
+            if marks else None
         start, steps = time.perf_counter(), 0
+        if clock:
+            clock.mark()
         while steps < self.cfg.steps or time.perf_counter() - start < self.cfg.min_seconds:
             self.step()
+            if clock:
+                clock.mark()
             steps += 1
         self.backend.synchronize()
         return (time.perf_counter() - start) / steps
@@ -154,7 +175,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="windows of each arm")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
-                   help=f"comma-separated, of bare, run, run-quiet, run-process, notebook (default {','.join(DEFAULT_ARMS)})")
+                   help=f"comma-separated, of bare, bare-marks, run, run-quiet, run-process, notebook "
+                        f"(default {','.join(DEFAULT_ARMS)})")
     args = p.parse_args()
     arms = args.arms.split(",")
     cfg = BenchConfig(model=args.model, mode=args.mode, precision=args.precision, width=args.size, height=args.size,
@@ -162,13 +184,16 @@ def main() -> None:
                       repeats=1, device=args.device, num_threads=args.threads)
     windows: dict[str, list[float]] = {arm: [] for arm in arms}
     started = time.perf_counter()
-    bare = BareLoop(cfg) if "bare" in arms else None
+    bare = BareLoop(cfg) if {"bare", "bare-marks"} & set(arms) else None
     processes = [arm for arm in ("run-process", "notebook") if arm in arms]
     with tempfile.TemporaryDirectory(prefix="harness-") as scratch:
         for round_ in range(args.rounds):
-            order = [arm for arm in arms if arm in ("bare", "run", "run-quiet")]
+            order = [arm for arm in arms if arm in ("bare", "bare-marks", "run", "run-quiet")]
             for arm in order if round_ % 2 == 0 else order[::-1]:
-                windows[arm] += [bare.window()] if arm == "bare" else run_in_process(cfg, quiet=arm == "run-quiet")
+                if arm.startswith("bare"):
+                    windows[arm].append(bare.window(marks=arm == "bare-marks"))
+                else:
+                    windows[arm] += run_in_process(cfg, quiet=arm == "run-quiet")
             if round_ < len(processes):  # each process arm once, between rounds, with all its windows
                 arm = processes[round_]
                 many = cfg.replace(repeats=args.rounds)
@@ -178,7 +203,7 @@ def main() -> None:
             windows[arm] += run_as_process(many) if arm == "run-process" else run_notebook(many, Path(scratch))
     device = Backend.for_device(resolve_device(cfg.device)).device_name()
     print(f"{cfg.model} {cfg.mode} {cfg.precision} batch {cfg.batch_size} at {args.size} px on {device}, "
-          f"{torch.get_num_threads()} threads; {args.rounds} windows an arm; {time.perf_counter() - started:.0f} s")
+          f"{cfg.num_threads or torch.get_num_threads()} threads; {args.rounds} windows an arm; {time.perf_counter() - started:.0f} s")
     base = statistics.median(windows["bare"]) if windows.get("bare") else None
     print(f"{'arm':12s} {'ms/step (median)':>16s} {'windows':>40s} {'vs bare':>8s} {'added ms':>9s}")
     for arm, seconds in windows.items():
