@@ -37,6 +37,7 @@ from bench_core.devices import Backend, resolve_device
 from bench_core.measure import telemetry
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
+from sampler_overhead import NoSampler  # the script beside this one (on sys.path): the sampler's interface, reading nothing
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 0.01  # the harness may add 1 % to a step
@@ -101,22 +102,6 @@ class BareLoop:
             steps += 1
         self.backend.synchronize()
         return (time.perf_counter() - start) / steps
-
-
-class NoSampler:
-    """The telemetry sampler's interface, reading nothing (the run-quiet arm)."""
-
-    def __init__(self, backend, **_):
-        self.thread_cpu_s, self.ticks = 0.0, 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def columns(self) -> dict:
-        return {}
 
 
 def per_step(row: dict) -> float:
