@@ -231,15 +231,26 @@ class CudaStepClock(StepClock):
 
     Events go on `device`'s own current stream, not on the current device's: with two GPUs in
     one process (bench compare), the current device is whichever was set last, and events on
-    the other, idle GPU would time how fast the host queues work."""
+    the other, idle GPU would time how fast the host queues work.
 
-    def __init__(self, device: torch.device) -> None:
+    A mark inside the window only records an event: the stream is looked up once, and the
+    `expected_marks` events are made (and recorded once, which creates them in the driver) before
+    the window. A step of 2 ms at batch 1 is the host's time, and each mark's Python (an Event
+    object, a Stream object, the device look-up) was part of it. Marks past the expected ones make
+    their event as they go."""
+
+    def __init__(self, device: torch.device, expected_marks: int = 0) -> None:
         super().__init__()
         self._device = device
+        self._stream = torch.cuda.current_stream(device)
+        self._ready = [torch.cuda.Event(enable_timing=True) for _ in range(expected_marks)]
+        for event in self._ready:
+            event.record(self._stream)
+        self._ready.reverse()  # popped from the end, in the order they were made
 
     def mark(self) -> None:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self._device))
+        event = self._ready.pop() if self._ready else torch.cuda.Event(enable_timing=True)
+        event.record(self._stream)
         self._marks.append(event)
 
     def seconds(self) -> list[float]:
@@ -298,7 +309,9 @@ class Backend:
     def synchronize(self) -> None:
         pass
 
-    def new_clock(self) -> StepClock:
+    def new_clock(self, expected_marks: int = 0) -> StepClock:
+        """A clock for one window; `expected_marks`: how many marks it will likely take (a device
+        clock prepares them before the window)."""
         return StepClock()
 
     # -- memory -----------------------------------------------------------------
@@ -365,8 +378,8 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 
-    def new_clock(self) -> StepClock:
-        return CudaStepClock(self.device)
+    def new_clock(self, expected_marks: int = 0) -> StepClock:
+        return CudaStepClock(self.device, expected_marks)
 
     def reset_peak_memory(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.device)
@@ -399,7 +412,7 @@ class MpsBackend(Backend):
     def synchronize(self) -> None:
         torch.mps.synchronize()
 
-    def new_clock(self) -> StepClock:
+    def new_clock(self, expected_marks: int = 0) -> StepClock:
         return _SyncedClock(self)
 
     def memory_stats(self) -> dict:

@@ -8,6 +8,7 @@ import csv
 import gc
 import os
 import re
+import time
 
 import pytest
 import torch
@@ -236,6 +237,31 @@ def test_a_window_is_timed_on_its_own_gpu_whatever_gpu_is_current(two_gpus):
     window = timed_window(step, backend, min_steps=3, min_seconds=0.0)
     assert window.seconds == pytest.approx(0.030)
     assert window.step_s == pytest.approx([0.010] * 3)
+
+
+def test_a_mark_inside_the_window_only_records_an_event(two_gpus, monkeypatch):
+    """Issue 59 item 2: at batch 1 a GPU step is the host's time, and a mark's Python was part of it. The
+    window's events are made (and recorded once) before it, and the stream is looked up once."""
+    from bench_core.run.timing import timed_window
+    made, looked_up = [], []
+    event_class, current_stream = two_gpus.Event, two_gpus.current_stream
+
+    class CountedEvent(event_class):
+        def __init__(self, enable_timing=False):
+            super().__init__(enable_timing)
+            made.append(self)
+
+    monkeypatch.setattr(torch.cuda, "Event", CountedEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: looked_up.append(1) or current_stream(device))
+    inside = []
+
+    def step(mark=None):  # 10 ms on cuda:0's clock and the host's; what the window made so far, seen from inside it
+        two_gpus.clock[0] += 0.010
+        time.sleep(0.010)
+        inside.append((len(made), len(looked_up)))
+    window = timed_window(step, CudaBackend(torch.device("cuda", 0)), min_steps=3, min_seconds=0.05, step_s=0.010)
+    assert window.step_s == pytest.approx([0.010] * window.steps) and window.steps >= 5
+    assert len(set(inside)) == 1  # no event made and no stream looked up between the first step and the last
 
 
 def test_each_window_makes_its_own_gpu_current(two_gpus, numerics):

@@ -92,6 +92,25 @@ def test_a_sweep_logs_plain_progress_lines_with_the_last_throughput(tiny_sweep):
                for line in lines), lines
 
 
+@pytest.mark.slow
+def test_a_sweep_records_where_its_wall_time_went(tiny_sweep):
+    """Each cause timed as it happened (issue 61 item 5): the table at the sweep's end and DIR/timing.json."""
+    path, out, done = tiny_sweep
+    assert done.returncode == 0, done.stderr[-2000:]
+    account = json.loads((out / "timing.json").read_text())
+    assert (account["executions"], account["configurations"]) == (1, 2)
+    seconds = account["seconds"]
+    for cause in ("process_start", "papermill_import", "kernel_start", "imports_cell", "build", "first_step",
+                  "flop_count", "windows", "report_cells"):  # (warmup_steps 1: the count is the warm-up)
+        assert seconds.get(cause, 0) > 0, cause
+    assert sum(seconds.values()) == pytest.approx(account["wall_s"], rel=0.02)  # nothing counted twice
+    assert seconds["windows"] >= run_rows(out)["timed_s_host"].sum() - 0.01
+    measuring = seconds["first_step"] + seconds.get("warmup", 0) + seconds["windows"]
+    assert account["overhead_s_per_configuration"] == pytest.approx((account["wall_s"] - measuring) / 2)
+    assert "where the sweep's" in done.stderr and re.search(r"overhead .*: [\d.]+ s, [\d.]+ s a configuration",
+                                                             done.stderr)
+
+
 def bench_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str]:
     """`bench` with its stderr on a pseudo-terminal 160 columns wide, as in a shell: its exit status
     and what the terminal received."""
@@ -168,16 +187,19 @@ def test_second_run_skips_both_and_force_reruns(tiny_sweep, capsys):
     before = run_rows(out)
     notebook = next(out.glob("runs/*/benchmark.ipynb"))
     stamp = notebook.stat().st_mtime_ns
+    account = (out / "timing.json").read_text()
 
     again = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "0 complete, 2 skipped" in again.stdout
     assert notebook.stat().st_mtime_ns == stamp  # no kernel was started
+    assert (out / "timing.json").read_text() == account  # nothing ran: the last sweep's account stays
     assert sorted(run_rows(out)["run_id"]) == sorted(before["run_id"])
 
     forced = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report", "--force")
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "2 complete, 0 skipped" in forced.stdout
+    assert json.loads((out / "timing.json").read_text())["configurations"] == 2 and "where the sweep's" in forced.stderr
     after = run_rows(out)
     assert len(after) == 2 and not set(after["run_id"]) & set(before["run_id"])
 

@@ -210,6 +210,16 @@ def test_energy_from_counter_and_every_gpu_column(monkeypatch, cuda_device):
     assert sys.modules["pynvml"].calls["shutdown"] == 1
 
 
+def test_a_gpu_window_is_read_a_few_times_a_second(monkeypatch, cuda_device):
+    """Issue 59 item 2: each reading takes the GIL from the step's thread (seven NVML queries), and at batch 1
+    a GPU step is the host's time: 4 readings a second inside the window, not 20, besides its two edges."""
+    monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([gpu(UUID_A, "00000000:3B:00.0")]))
+    with telemetry.Sampler(cuda_device(UUID_A)) as sampler:
+        time.sleep(1.0)
+    assert 2 <= sampler.ticks <= 2 + 4 + 1  # a late tick at the end still counts
+    assert sampler.columns()["power_method"] == "energy-counter"
+
+
 def test_power_integration_when_energy_counter_not_supported(monkeypatch, cuda_device):
     device = gpu(UUID_A, "00000000:3B:00.0", unsupported={"energy_mj"})
     monkeypatch.setitem(sys.modules, "pynvml", make_pynvml([device]))

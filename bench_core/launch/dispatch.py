@@ -11,12 +11,14 @@ from bench_core.config.schema import MAX_BATCH, BenchConfig
 from bench_core.launch.batch_search import run_at_max_batch
 from bench_core.launch.placement import run_placed
 from bench_core.run.runner import Progress
-from bench_core.launch.engine_server import run_serving
 
 
 def run_benchmark(cfg: BenchConfig, progress: Progress | None = None) -> list[dict]:
     """Run one configuration; return one row per repeat (or one row saying why not)."""
     if cfg.mode == "serve":
+        # Lazy: mode serve's own module and its HTTP client (aiohttp), 0.3-0.5 s of every kernel's and
+        # bench process's start, where most never serve.
+        from bench_core.launch.engine_server import run_serving
         return run_serving(cfg, progress)
     if cfg.batch_size == MAX_BATCH:
         return run_at_max_batch(cfg, isolate=True, progress=progress)[1]

@@ -102,15 +102,28 @@ def device_columns(device: torch.device) -> dict:
 
 
 def collect(device: torch.device | None = None) -> dict:
-    """Flat, JSON-ready description of host, software and (if given) the device."""
+    """Flat, JSON-ready description of host, software and (if given) the device. What cannot change
+    while the process runs (versions, driver, CPU, the GPU's properties) is read once per process: a
+    sweep's kernel runs many configurations, and each asked the package metadata again and opened NVML
+    for the driver's version. The thread count and the SLURM job are read each time."""
+    env = dict(_machine())
+    env["torch_threads"] = torch.get_num_threads()  # (its place in the order is _machine's)
+    env.update(slurm_job())
+    if device is not None and device.type == "cuda":
+        env.update(_gpu(device.index or 0))
+    return env
+
+
+@functools.cache
+def _machine() -> dict:
     cuda = torch.cuda.is_available()
-    env = {
+    return {
         "host": socket.gethostname(),
         "os": platform.platform(),
         "python_version": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": None,
         "torch_version": torch.__version__,
         "torchvision_version": _version("torchvision"),
         "timm_version": _version("timm"),
@@ -125,14 +138,15 @@ def collect(device: torch.device | None = None) -> dict:
         "project_version": __version__,
         "git_commit": git_commit(),
         **cpu_facts().describe(),
-        **slurm_job(),
     }
-    if device is not None and device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        env.update({
-            "gpu_name": props.name,
-            "gpu_uuid": str(getattr(props, "uuid", "")) or None,
-            "gpu_memory_bytes": props.total_memory,
-            "gpu_compute_capability": f"{props.major}.{props.minor}",
-        })
-    return env
+
+
+@functools.cache
+def _gpu(index: int) -> dict:
+    props = torch.cuda.get_device_properties(index)
+    return {
+        "gpu_name": props.name,
+        "gpu_uuid": str(getattr(props, "uuid", "")) or None,
+        "gpu_memory_bytes": props.total_memory,
+        "gpu_compute_capability": f"{props.major}.{props.minor}",
+    }

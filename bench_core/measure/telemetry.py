@@ -20,9 +20,16 @@ from bench_core.measure.nvml import open_gpu
 from bench_core.measure.rapl import RAPL_ROOT, open_rapl
 from bench_core.results.rows import columns
 
-GPU_INTERVAL_S = 0.05   # NVML power readings refresh every ~20-100 ms
-CPU_INTERVAL_S = 0.1    # RAPL and RSS only: cheaper, coarser is enough
-PROCESS_CHECK_EVERY = 10  # ticks between foreign-process checks (the heaviest NVML query)
+# Every reading inside the window takes the GIL from the step's thread: on a GPU seven NVML queries, each
+# a release and a retake of the GIL, while a step at batch 1 is the host's own time (2 ms on an H200:
+# issue 59). So the window is read 4 times a second, not 20: energy and the mean power come from the
+# counter read at the window's edges (unchanged); what a row loses is resolution in what is sampled:
+# power_w_max and power_w_sampled from 4 instantaneous readings a second (plus the two edges), the SM
+# clock's minimum and mean (the clock-drop flag) and the throttle reasons seen at those instants, the
+# utilization, temperature and memory maxima at those instants, other processes checked once a second.
+GPU_INTERVAL_S = 0.25   # NVML power readings refresh every ~20-100 ms; utilization is a 1/6-1 s average
+CPU_INTERVAL_S = 0.1    # RAPL and RSS only (two /proc reads, no GIL contention seen): coarser is enough
+PROCESS_CHECK_EVERY = 4  # ticks between foreign-process checks (the heaviest NVML query): once a second on a GPU
 
 
 class Sampler:

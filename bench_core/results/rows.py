@@ -38,6 +38,7 @@ from bench_core.errors import error_message  # noqa: F401 - re-exported: rows an
 # 9: gpu_busy, gpu_busy_method (host-bound rows), power_limit_w (power-capped rows)
 #    reference_ops_per_step and precision_note (float8: its amp-bf16 twin's ops a step; why an eager fp8 row is
 #    slow); compile records the mode that ran (fp8 precisions compile by default)
+#    phase_times_s (where a configuration's time went outside its timed windows: a sweep's timing.json)
 SCHEMA_VERSION = 9
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
@@ -149,6 +150,11 @@ _MEASURED = [
     ("first_step_ms", "the first (cold) step, untimed for throughput, ms"),
     ("compile_s", "torch.compile time (first compiled step), s; empty when compile is off"),
     ("warmup_s", "seconds of the untimed warm-up steps"),
+    ("phase_times_s", "where the configuration's process spent its time, each phase timed as it happened, "
+                      "seconds as name=seconds: environment, capability, memory_estimate, output_check, build (the "
+                      "model, casts, workload), peak, first_step, flop_count, warmup, windows (the timed windows on "
+                      "the host clock), window_edges (telemetry's start and stop, the row), after_windows "
+                      "(profiles), release; the same in every row of the configuration"),
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
     ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),

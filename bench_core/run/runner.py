@@ -20,7 +20,7 @@ from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
-from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
+from bench_core.run.timing import Phases, StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
 from bench_core.workload.precision import EmulatedPrecisionWarning, Precision, resolve_precision
@@ -76,17 +76,21 @@ def _run_here(cfg: BenchConfig, progress: Progress | None) -> list[dict]:
                     return [session.failure]
         rows = session.rows
         noise.flag_unstable_repeats(rows)
-        busy.record(session.step, session.backend, rows)  # after every window: how busy the GPU was (host-bound)
-        if cfg.mode == "train" and session.ctx.world_size > 1:  # every rank profiles the step: it holds collectives
-            comm_overlap.record(session.step, session.backend, rows)
-        if cfg.profile:
-            profiling.profile_after_window(session.step, session.backend, cfg, rows, rank=session.ctx.rank)
+        with session.phases("gpu_busy"):  # after every window: how busy the GPU was (host-bound)
+            busy.record(session.step, session.backend, rows)
+        with session.phases("after_windows"):
+            if cfg.mode == "train" and session.ctx.world_size > 1:  # every rank profiles the step: it holds collectives
+                comm_overlap.record(session.step, session.backend, rows)
+            if cfg.profile:
+                profiling.profile_after_window(session.step, session.backend, cfg, rows, rank=session.ctx.rank)
         return rows
     except KeyboardInterrupt as exc:
         session.keep_finished(exc)
         raise
     finally:
-        session.close()
+        with session.phases("release"):
+            session.close()
+        session.stamp_phases()
 
 
 class Session:
@@ -107,9 +111,10 @@ class Session:
         self.ctx = ddp.context()
         self.backend: Backend | None = None
         self.precision: Precision | None = None
-        self.spec = self.step = self.last = self.fixed_steps = None
+        self.spec = self.step = self.last = self.fixed_steps = self.step_s = None
         self.failure: dict | None = None
         self.rows: list[dict] = []  # every finished window's row, kept before its progress line
+        self.phases = Phases()  # seconds outside the first step, warm-up and windows, by phase
 
     def open(self) -> bool:
         """Resolve the device, build and warm up; False (and `self.failure`) if that failed."""
@@ -121,9 +126,11 @@ class Session:
             return False
         self.backend = backend = Backend.for_device(device)
         self.precision = resolve_precision(cfg.precision)
-        run.update(environment.collect(device))
-        run.update(**environment.device_columns(device), world_size=ctx.world_size, dist_backend=ctx.backend or None)
-        found = backend.support(self.precision, cfg.mode)
+        with self.phases("environment"):
+            run.update(environment.collect(device))
+            run.update(**environment.device_columns(device), world_size=ctx.world_size, dist_backend=ctx.backend or None)
+        with self.phases("capability"):
+            found = backend.support(self.precision, cfg.mode)
         # A precision the device runs can still lack a kernel some of the task's ops need.
         task_reason = resolve_model(cfg.model).task.unsupported_precision(self.precision, device.type)
         if task_reason:
@@ -137,7 +144,14 @@ class Session:
             # precision and process, the same text in a terminal and in a notebook's output.
             warnings.warn(emulated_warning(self.precision, found), EmulatedPrecisionWarning, stacklevel=2)
         backend.bind()  # this process benchmarks: the only place a CUDA context is made
-        return self._guarded(self._build) is not None
+        with self.phases("build"):  # what its named phases inside leave: the model, casts, workload, wraps
+            return self._guarded(self._build) is not None
+
+    def stamp_phases(self) -> None:
+        """Every row of this configuration says where its process spent the time outside the windows."""
+        text = self.phases.text()
+        for row in self.rows + ([self.failure] if self.failure else []):
+            row["phase_times_s"] = text
 
     def keep_finished(self, exc: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM: the repeats that finished are kept, the rest is one interrupted row;
@@ -149,7 +163,8 @@ class Session:
 
     def window(self, repeat: int) -> dict:
         """One timed window -> one row (the failure row if it failed)."""
-        return self._guarded(self._window, repeat) or self.failure
+        with self.phases("window_edges"):  # telemetry's start and stop, the row: the window itself is its own
+            return self._guarded(self._window, repeat) or self.failure
 
     def close(self) -> None:
         """Free the model, restore the threads and the numerics knobs (TF32, cudnn.benchmark):
@@ -173,11 +188,14 @@ class Session:
         self.spec = spec = resolve_model(cfg.model)
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
-        needed = memory_estimate.estimate(task, spec, cfg, precision)  # on the meta device: nothing allocated
+        phases = self.phases
+        with phases("memory_estimate"):
+            needed = memory_estimate.estimate(task, spec, cfg, precision)  # on the meta device: nothing allocated
         run.update(needed.columns() if needed else {})
         memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
         # A variant against its fp32 eager reference, built and freed here, outside every window.
-        run.update(reference.check_outputs(cfg, spec, backend, _make_step, ctx.world_size))
+        with phases("output_check"):
+            run.update(reference.check_outputs(cfg, spec, backend, _make_step, ctx.world_size))
         run["mem_before_build_bytes"] = backend.in_use_bytes()
         torch.manual_seed(cfg.seed)  # the check drew from the generator: the same weights as without it
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
@@ -187,8 +205,9 @@ class Session:
         run.update(task=task.name, sample_unit=sample_unit, throughput_unit=throughput_unit, mfu_note=task.mfu_note,
                    **task.model_facts(model))
         formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
-        peak = flops.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads(),
-                              measure=estimate.may_be_long(cfg, formula)) if formula else None
+        with phases("peak"):
+            peak = flops.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads(),
+                                  measure=estimate.may_be_long(cfg, formula)) if formula else None
         warned = estimate.check_formula(cfg, task, formula, peak)  # before any step
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
         if precision.cast_dtype:
@@ -211,14 +230,16 @@ class Session:
 
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up")
         backend.reset_peak_memory()
-        first_s = time_one(self.step, backend)
+        with phases("first_step"):
+            first_s = time_one(self.step, backend)
         estimate.say_warmup(self.progress, cfg, first_s, run)
         if not warned:
             estimate.check_first_step(cfg, task, first_s)
         losses = [self._loss()]
         run["first_step_ms"] = first_s * 1e3
         run["compile_s"] = first_s if cfg.compile != "off" else None
-        counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
+        with phases("flop_count"):
+            counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
         run.update(float8.eager_note(cfg, counted.ops, run.get("reference_ops_per_step")))  # why eager fp8 is slow
         losses.append(self._loss())
         # With compile on, the eager step has its own optimizer: once counted, drop it, or its
@@ -231,9 +252,10 @@ class Session:
             estimate.say_warmup_step(self.progress, cfg, done, first_s)
         backend.synchronize()
         run["warmup_s"] = time.perf_counter() - warm_start
+        phases.add("warmup", run["warmup_s"])
         if cfg.mode == "train":  # each rank's loss is of its part of the global batch: the mean is the batch's
             run["warmup_losses"] = " ".join(f"{loss:.9g}" for loss in ddp.mean_over_ranks(losses))
-        per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
+        self.step_s = per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
         self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
         run.update(workload.facts)  # what the workload learnt in its first steps (a KV cache's size)
         run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * (ctx.world_size // cfg.tp_degree),
@@ -246,8 +268,10 @@ class Session:
         ddp.barrier()
         # Each window's own peak: not the build's, the FLOP-count step's or compilation's.
         backend.reset_peak_memory()
-        with telemetry.Sampler(backend) as sampler, _no_recompile(cfg.compile):
-            window = timed_window(self.step, backend, cfg.steps, cfg.min_seconds, fixed_steps=self.fixed_steps)
+        inner_marks = (cfg.new_tokens or 0) if cfg.mode == "generate" else 0  # generate marks each new token
+        with telemetry.Sampler(backend) as sampler, _no_recompile(cfg.compile), self.phases("windows"):
+            window = timed_window(self.step, backend, cfg.steps, cfg.min_seconds, fixed_steps=self.fixed_steps,
+                                  step_s=self.step_s, marks_per_step=1 + inner_marks)
         window = ddp.slowest(window)
         row = {**self.run, "repeat": repeat,
                **_throughput(cfg, self.spec.task, window, self.run["global_batch_size"], ctx.world_size),

@@ -1,4 +1,5 @@
-"""The timed window and the statistics of its step times, and of the phases inside a step.
+"""The timed window and the statistics of its step times, and of the phases inside a step; and
+the seconds a configuration spends outside its windows, by phase.
 
 A window runs until it has both `min_steps` steps and `min_seconds` seconds. Throughput is
 samples in the window / window seconds, never a mean of per-step rates. A step may mark the
@@ -7,13 +8,57 @@ are timed on the same clock as the window, and never outside it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from bench_core.devices import Backend
+
+
+class Phases:
+    """Seconds a configuration spends in each phase outside its timed windows (building, checking,
+    counting, the first step, ...), timed as each happens: `with phases("build"): ...`. A phase
+    entered inside another is its own: the outer one counts only the rest. A phase entered twice
+    adds up. What a GPU hour is spent on besides measuring (a row's phase_times_s, a sweep's timing.json)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []  # per open phase: seconds of the phases inside it so far
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += spent
+
+    def add(self, name: str, seconds: float) -> None:
+        """A phase timed elsewhere (inside the open phase, if any: that one counts only the rest)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        if self._inner:
+            self._inner[-1] += seconds
+
+    def text(self) -> str | None:
+        """'environment=0.012 build=0.410 ...' (a row's phase_times_s); None when nothing was timed."""
+        return " ".join(f"{name}={s:.3f}" for name, s in self.seconds.items()) or None
+
+
+def parse_phases(text: str | None) -> dict[str, float]:
+    """A row's phase_times_s back into {phase: seconds} ({} when empty)."""
+    found = {}
+    for item in str(text or "").split():
+        name, _, value = item.partition("=")
+        with contextlib.suppress(ValueError):
+            found[name] = float(value)
+    return found
 
 
 @dataclass
@@ -69,18 +114,29 @@ class Window:
         return len(self.step_s)
 
 
+def expected_steps(min_steps: int, min_seconds: float, step_s: float | None, fixed_steps: int | None = None) -> int:
+    """How many steps a window will likely run: the agreed count, else enough for both minimums at the
+    warm-up's pace, with a margin (a window that runs longer makes its extra marks as it goes)."""
+    if fixed_steps is not None:
+        return fixed_steps
+    by_time = math.ceil(min_seconds / step_s * 1.25) + 2 if step_s and step_s > 0 else 0
+    return max(min_steps, min(by_time, 100_000))
+
+
 def timed_window(step: Callable[..., object], backend: Backend, min_steps: int, min_seconds: float,
-                 fixed_steps: int | None = None) -> Window:
+                 fixed_steps: int | None = None, step_s: float | None = None, marks_per_step: int = 1) -> Window:
     """Run `step(mark)` until both minimums are met. Nothing but the step runs between marks;
     `mark` (called by a step that times its phases) marks the same clock inside the step.
 
     On CUDA the loop condition reads the host clock, which runs ahead of the device by at
     most the launch queue; the window itself is measured by events, after one final sync.
     `fixed_steps` (distributed runs, where every rank must run the same number of steps)
-    replaces the condition by a count agreed before the window.
+    replaces the condition by a count agreed before the window. `step_s` (the warm-up's pace)
+    and `marks_per_step` (1 + the marks a step makes inside itself) let the clock prepare its
+    marks before the window (expected_steps).
     """
     backend.synchronize()
-    clock = backend.new_clock()
+    clock = backend.new_clock(1 + marks_per_step * expected_steps(min_steps, min_seconds, step_s, fixed_steps))
     inside = [0]  # marks the running step made inside itself
     per_step: list[int] = []
 

@@ -13,7 +13,8 @@ import json
 import os
 import signal
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_core import results
@@ -26,6 +27,9 @@ from bench_core.results.rows import error_message, first_line
 class Outcome:
     status: str            # ok | error | crashed | timeout
     message: str = ""
+    # when this process was running, had papermill imported and had the notebook done (POSIX seconds):
+    # the sweep's account of where its time went (sweep/timing.py)
+    marks: dict = field(default_factory=dict)
 
 
 def banner(notebook: Path, text: str) -> None:
@@ -62,12 +66,14 @@ def _on_term(signum, frame):
 
 
 def child_main(spec_path: str) -> int:
+    marks = {"started": time.time()}
     spec = json.loads(Path(spec_path).read_text())
     signal.signal(signal.SIGTERM, _on_term)
     _die_with_parent(spec["parent_pid"])
     skip_iri_grammars()
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
+    marks["papermill_imported"] = time.time()
     try:
         pm.execute_notebook(spec["template"], spec["output"], parameters=spec["parameters"],
                             kernel_name=spec["kernel"], progress_bar=False, log_output=False, cwd=spec["cwd"],
@@ -83,6 +89,7 @@ def child_main(spec_path: str) -> int:
         banner(Path(spec["output"]), f"The kernel died during this execution: {outcome.message}.")
     except Exception as exc:  # noqa: BLE001 - kernel failed to start, notebook unreadable, ...
         outcome = Outcome("error", error_message(exc))
+    outcome.marks = {**marks, "notebook_done": time.time()}
     results.atomic_write_text(Path(spec["outcome"]), json.dumps(outcome.__dict__))
     return 0
 

@@ -16,6 +16,9 @@ launch.supervisor, because that makes every failure mode killable and classifiab
 - the child writes its outcome (ok, papermill's `ename: evalue`, or a dead kernel) to a file.
 It costs about a second per execution (a Python start and `import papermill`).
 
+Where the sweep's wall time went is recorded as it goes (sweep/timing.py): each execution's account in
+its run directory, the sweep's in DIR/timing.json and a table at its end.
+
 Re-running a sweep skips executions whose configurations are all complete (status ok, or
 unsupported, which a re-run cannot change) and re-runs the rest; `--force` re-runs all. A lock
 on DIR/.sweep.lock refuses a second sweep into the same directory.
@@ -47,6 +50,7 @@ from bench_core.errors import (
 from bench_core.files import shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment
+from bench_core.sweep import timing
 from bench_core.sweep.child import Outcome, banner
 from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
 from bench_core.sweep.plan import (
@@ -60,7 +64,6 @@ from bench_core.sweep.plan import (
 TEMPLATE_ENV = "BENCH_TEMPLATE"
 INTERRUPTED = "stopped (Ctrl-C or SIGTERM) before this configuration finished"
 RUNNING_MARK = ".running"  # in a run directory while its execution runs; left behind only by a killed sweep
-TIMING_FILE = ".execution-time.json"  # the seconds the sweep waited for an execution
 
 
 def find_template(override: str | None = None) -> Path:
@@ -143,6 +146,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
               kernel: str = "python3", progress: Progress | None = None) -> tuple[int, str]:
     """Run (or resume) every execution of the plan into out_dir, telling `progress` as it goes; return
     the exit status and the closing line (the tally), which the command prints last, after the report."""
+    started = time.time()
     results.atomic_write_text(out_dir / "sweep.yaml", sweep_header(plan) + plan.text)
     env = environment.collect(resolve_device(plan.configs[0].device))
     results.atomic_write_text(out_dir / "environment.json", json.dumps(env, indent=1, default=str))
@@ -150,7 +154,13 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     for note in plan.notes:
         print(f"bench sweep: {note}", file=sys.stderr)
     print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
-    return run_executions(plan, out_dir, template, force, kernel, progress, env)
+    try:
+        return run_executions(plan, out_dir, template, force, kernel, progress, env)
+    finally:  # interrupted too: what ran is accounted (a sweep that ran nothing keeps the last one's)
+        account = timing.sweep_account(started, time.time(), timing.read_executions(out_dir, since=started))
+        if account["executions"]:
+            timing.write_sweep(out_dir, account)
+            print(timing.table(account), file=sys.stderr)
 
 
 def run_executions(plan: SweepPlan, out_dir: Path, template: Path, force: bool = False, kernel: str = "python3",
@@ -178,12 +188,15 @@ def run_executions(plan: SweepPlan, out_dir: Path, template: Path, force: bool =
             running = True
             mark = out_dir / "runs" / execution.run_name / RUNNING_MARK
             results.atomic_write_text(mark, str(os.getpid()))
-            execution_started = time.perf_counter()
+            execution_started, spawned = time.perf_counter(), time.time()
             try:
                 outcome = execute(execution, out_dir, template, plan.timeout_s, force, kernel)
                 _record_outcome(out_dir, execution, outcome, env)
             finally:  # Ctrl-C included; only a SIGKILL leaves the mark
                 mark.unlink(missing_ok=True)
+            measured = {c.config_hash() for c in execution.configs} - (set() if force else _done(statuses))
+            timing.write_execution(mark.parent, timing.execution_account(mark.parent, spawned, time.time(),
+                                                                         outcome.marks, measured))
             running = False
             _count(tally, _statuses(out_dir, execution), already=set() if force else _done(statuses))
             progress.finished(execution, time.perf_counter() - execution_started, last_throughput(out_dir, execution))
@@ -307,22 +320,18 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
     spec_path = run_dir / ".execution.json"
     results.atomic_write_text(spec_path, json.dumps(spec, indent=1))
     command = python_command("-m", "bench_core.sweep.child", str(spec_path))
-    started = time.perf_counter()
     try:
         outcome = supervise(command, env=_child_env(), limit_s=timeout_s, log_path=run_dir / "papermill.log")
     except BaseException:  # Ctrl-C, SIGTERM: the supervisor took the kernel down with it
         banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
         raise
-    # The whole execution as the sweep waited for it (process and kernel start included), for
-    # benchmarks/sweep_time.py's account of where a sweep's time goes.
-    results.atomic_write_text(run_dir / TIMING_FILE, json.dumps({"execution_s": time.perf_counter() - started}))
     if outcome.timed_out:
         message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
         banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
         return Outcome("timeout", message)
     try:
         found = json.loads(outcome_path.read_text())
-        return Outcome(found["status"], found.get("message", ""))
+        return Outcome(found["status"], found.get("message", ""), found.get("marks") or {})
     except (OSError, ValueError, KeyError):
         if outcome.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM):
             # Stopped from outside, not crashed: SLURM (scancel, requeue, a time limit) signals every
