@@ -17,7 +17,8 @@ from pathlib import Path
 
 from bench_core.files import atomic_write_text
 from bench_core.results.disturbed import disturbed_rows
-from bench_core.results.rows import WORKLOAD, environment_columns, machine_label, schema
+from bench_core.results.keys import WORKLOAD, machine_label
+from bench_core.results.rows import environment_columns, schema
 
 SUMMARY_FILE, MACHINES_FILE = "summary.csv", "machines.csv"
 DIGITS = 6  # significant digits of a number in summary.csv

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
-from bench_core.results.rows import (  # noqa: F401 - WORKLOAD and machine_label re-exported
+from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label re-exported
     WORKLOAD,
-    error_message,
     machine_label,
 )
+from bench_core.results.rows import error_message
 from bench_core.summary.text import int_text, is_present, short_list
 
 PRECISION_ORDER = ["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
