@@ -125,6 +125,39 @@ def combined(dirs) -> Path:
     return out
 
 
+# -- the kept GPU runs (gpu/runs/), as `bench report gpu/runs/*` shows them ------------------------------
+
+KEPT = sorted(p for p in (ROOT / "gpu" / "runs").iterdir() if p.is_dir())
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    import hashlib
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory) -> dict:
+    """`bench report gpu/runs/*` into a folder of its own: its HTML, its stderr, and every kept file's
+    hash before and after (a report never changes what it reads)."""
+    out = tmp_path_factory.mktemp("kept") / "report.html"
+    before = _hashes(ROOT / "gpu" / "runs")
+    proc = subprocess.run([sys.executable, "-m", "bench_core", "report", *map(str, KEPT), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+    return {"html": out.read_text(), "stderr": proc.stderr, "before": before, "after": _hashes(ROOT / "gpu" / "runs"),
+            "executed": nbformat.read(out.with_name("summary.ipynb"), as_version=4)}
+
+
+@pytest.mark.slow
+def test_a_report_of_the_kept_runs_changes_nothing_it_reads(kept):
+    """Issue 60: `bench report` rewrote the committed results.csv of first light, calling a schema
+    difference damage. It reads the run files and writes nothing into its inputs."""
+    assert kept["after"] == kept["before"]
+    assert "damaged" not in kept["stderr"] and "rebuilt" not in kept["stderr"]
+    assert _stderr_and_errors(kept["executed"]) == [] and "could not be drawn" not in kept["html"]
+
+
 # -- the report of one machine ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -29,10 +29,12 @@ from bench_core.results.rows import (  # noqa: F401 - re-exported
     schema,
 )
 from bench_core.results.store import (  # noqa: F401 - re-exported
+    csv_text,
     damaged_runs,
     dumps_rows,
     iter_rows,
     read_run,
     rebuild_csv,
+    record_rows,
     write_run,
 )

@@ -10,6 +10,7 @@ Writers take a lock on DIR/.lock, so concurrent writers never interleave or lose
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -54,20 +55,29 @@ def iter_rows(out_dir: Path) -> Iterable[dict]:
         yield from read_run(rows_file.parent) or []
 
 
-def rebuild_csv(out_dir: Path) -> Path:
-    """results.csv from every runs/*/rows.json, then summary.csv and machines.csv from the same
-    rows (call under `locked`)."""
-    rows = sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
+def record_rows(out_dir: Path) -> list[dict]:
+    """Every row of every readable runs/*/rows.json (the record), in results.csv's order."""
+    return sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
+
+
+def csv_text(rows: list[dict]) -> str:
+    """results.csv's text of `rows`: the schema's columns, then any other schema version's, sorted."""
     names = columns()
     extra = sorted({k for row in rows for k in row} - set(names))  # columns of other schema versions
-    import io
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=names + extra, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def rebuild_csv(out_dir: Path) -> Path:
+    """results.csv from every runs/*/rows.json, then summary.csv and machines.csv from the same
+    rows (call under `locked`)."""
+    rows = record_rows(out_dir)
     path = Path(out_dir) / "results.csv"
-    atomic_write_text(path, buffer.getvalue())
+    atomic_write_text(path, csv_text(rows))
     write_summaries(out_dir, rows)
     return path
 

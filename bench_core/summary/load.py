@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def load_results(result_dirs) -> Results:
     frames, notes = [], []
     expected = results.columns()
     for d, name in zip(dirs, names):
-        frame = _read_csv(d / "results.csv", name, notes)
+        frame = read_record(d, name, notes)
         if frame is None:
             continue
         if frame.empty:
@@ -154,6 +155,43 @@ def mark_impossible(rows: pd.DataFrame) -> int:
     rows.loc[invalid, "status"] = "invalid"
     rows.loc[invalid, "message"] = "impossible measurement: " + reasons[invalid].str.strip()
     return int(invalid.sum())
+
+
+def read_record(result_dir: Path, name: str, notes: list[str]) -> pd.DataFrame | None:
+    """A directory's rows as text: from its run files (runs/*/rows.json, the record) where it has any,
+    else from results.csv. Nothing is written: a results.csv that holds other rows than its run files
+    (a sweep stopped between the two writes, an edit) is named in a note and left as it is; one
+    written under another schema version is read as it is (load_results says which columns it lacks)."""
+    if not any(result_dir.glob("runs/*/rows.json")):
+        return _read_csv(result_dir / "results.csv", name, notes)
+    rows = results.record_rows(result_dir)
+    damaged = len(results.damaged_runs(result_dir))
+    if damaged:
+        notes.append(f"{name}: {damaged} run file(s) could not be read as rows (cut off or edited): those runs are "
+                     "left out, the others are here.")
+    listed = _row_ids(result_dir / "results.csv")
+    recorded = {(str(r.get("run_id")), str(r.get("repeat"))) for r in rows}
+    if listed is not None and listed != recorded:
+        notes.append(f"{name}: results.csv lists {len(listed - recorded)} row(s) its run files do not hold and lacks "
+                     f"{len(recorded - listed)} they do: this report reads the run files (the record); results.csv "
+                     "is left as it is (the next run into the folder rewrites it).")
+    if not rows:
+        return None
+    return pd.read_csv(io.StringIO(results.csv_text(rows)), dtype=str, keep_default_na=False, na_values=[""])
+
+
+def _row_ids(path: Path) -> set[tuple[str, str]] | None:
+    """(run_id, repeat) of each line of a results.csv; None when there is none to compare."""
+    if not path.is_file():
+        return None
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=lambda c: c in ("run_id", "repeat"),
+                            engine="python", on_bad_lines="skip")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError):
+        return set()
+    if "run_id" not in frame:
+        return set()
+    return set(zip(frame["run_id"], frame.get("repeat", pd.Series("", index=frame.index))))
 
 
 def _read_csv(path: Path, name: str, notes: list[str]) -> pd.DataFrame | None:
