@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 from torch import nn
 
@@ -156,6 +157,20 @@ def test_a_report_of_the_kept_runs_changes_nothing_it_reads(kept):
     assert kept["after"] == kept["before"]
     assert "damaged" not in kept["stderr"] and "rebuilt" not in kept["stderr"]
     assert _stderr_and_errors(kept["executed"]) == [] and "could not be drawn" not in kept["html"]
+
+
+def _tables(part: str) -> list[list[list[str]]]:
+    """Each table of a part of the page as its static preview has it: rows of cell texts, the header first."""
+    cell = r"<t[hd]\b[^>]*>(.*?)</t[hd]>"
+    return [[[re.sub(r"<[^>]+>", "", c).replace("&amp;", "&").strip() for c in re.findall(cell, row, re.S)]
+             for row in re.findall(r"<tr\b[^>]*>(.*?)</tr>", table, re.S)]
+            for table in re.findall(r"<table\b.*?</table>", part, re.S)]
+
+
+def _table_with(part: str, header: str) -> list[dict]:
+    """The rows (header -> cell) of the first table of `part` with that column header."""
+    table = next(t for t in _tables(part) if header in t[0])
+    return [dict(zip(table[0], row)) for row in table[1:]]
 
 
 # -- the report of one machine ----------------------------------------------------------------------
@@ -462,6 +477,56 @@ def test_report_shows_a_batch_size_max_search_and_its_failure(tmp_path):
     html = build_report([out], out / "report.html").read_text()
     assert "batch_size max, batch search: 2 ran, reached the cap max_batch_size 2 (probes: 1 ok, 2 ok)" in html
     assert "batch search stopped by an error after 1 probes (1 error)" in html
+
+
+def _served(template: dict, shapes, users) -> list[dict]:
+    """Serving rows as a CPU ladder records them, one per shape and load: a kept serve row edited (its
+    device a CPU's, its load and lengths changed), as test input."""
+    rows = []
+    for prompt, new in shapes:
+        for n in users:
+            rows.append({**template, "run_id": f"serve-{prompt}-{n}", "concurrency": n, "prompt_len": prompt,
+                         "new_tokens": new, "input_shape": f"prompt {prompt} + {new} new tokens",
+                         "device_type": "cpu", "device_name": "Some CPU", "gpu_name": None, "gpu_uuid": None,
+                         "output_tokens_per_s": 10.0 * n * 16 / prompt, "throughput": 10.0 * n * 16 / prompt})
+    return rows
+
+
+SERVE_TEMPLATE = next(r for r in results.iter_rows(ROOT / "gpu" / "runs" / "h200-2026-11-27") if r["mode"] == "serve")
+
+
+def test_each_serving_load_and_request_shape_is_a_configuration_of_its_own(tmp_path):
+    """Issue 60: a CPU ladder of 1, 2, 4 and 8 users became one row with 4 repeats, and the serving
+    charts joined two request shapes (prompt 16+8 and 64+32) into one line; a serve row showed a batch."""
+    results.write_run(tmp_path, "ladder", _served(SERVE_TEMPLATE, [(16, 8), (64, 32)], [1, 2, 4, 8]))
+    res = summary.load_results([tmp_path])
+    headline = summary.headline_table(res)
+    assert len(headline) == 8 and set(headline["repeats"]) == {1}
+    assert set(headline["load"]) == {"1 user", "2 users", "4 users", "8 users"} and headline["batch_size"].isna().all()
+    assert len(set(res.ok["config"])) == 8 and not any("bs16" in c for c in res.ok["config"])
+    from bench_core.summary.serving import curve_labels, serving_points
+    points = serving_points(res)
+    curves = curve_labels(points)
+    assert len(points) == 8 and len(set(curves)) == 2
+    assert {c.split(", ", 1)[1] for c in curves} == {"prompt 16 + 8 new tokens", "prompt 64 + 32 new tokens"}
+    lines = pd.read_csv(tmp_path / "summary.csv")
+    assert len(lines) == 8 and lines["batch_size"].isna().all() and set(lines["load"]) == set(headline["load"])
+
+
+def test_a_table_shows_every_field_its_rows_differ_in(dirs, tmp_path):
+    """Issue 60: llama-1b training showed twice (35,000 and 35,200 tokens/s), plain and FSDP2, with no
+    column saying so. Rows that differ in a field the table leaves out get it as a column and in labels."""
+    from bench_core.summary.html import label_columns, with_varying
+    rows = [r for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)
+            if r["mode"] == "train" and r["precision"] == "fp32" and r["batch_size"] == 2]
+    results.write_run(tmp_path, "plain", rows)
+    results.write_run(tmp_path, "checkpointed", [{**r, "run_id": "ac", "activation_checkpointing": "full"} for r in rows])
+    table = summary.headline_table(summary.load_results([tmp_path]))
+    assert len(table) == 2
+    assert "activation_checkpointing" in with_varying(table, {"model": "model", "precision": "precision"})
+    assert sorted(label_columns(table)) == ["resnet18", "resnet18 activation_checkpointing=full"]
+    assert sorted(summary.load_results([tmp_path]).ok["config"].unique()) == [
+        "resnet18 train fp32 bs2 3x32x32", "resnet18 train fp32 bs2 3x32x32 activation_checkpointing=full"]
 
 
 def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():

@@ -17,6 +17,8 @@ from bench_core.results.config_summary import (  # noqa: F401 - re-exported
 )
 from bench_core.results.keys import (  # noqa: F401 - re-exported
     WORKLOAD,
+    load_text,
+    machine_kind,
     machine_label,
 )
 from bench_core.results.rows import (  # noqa: F401 - re-exported

@@ -11,8 +11,14 @@ import pandas as pd
 
 from bench_core import results
 from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label re-exported
+    REQUEST_SHAPE,
+    SERVING_LOAD,
     WORKLOAD,
+    is_default,
+    load_text,
+    machine_kind,
     machine_label,
+    set_fields,
 )
 from bench_core.results.rows import error_message
 from bench_core.summary.text import int_text, is_present, short_list
@@ -238,7 +244,12 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     rows["precision"] = rows["precision"].where(~emulated | rows["precision"].isna(),
                                                 rows["precision"].astype(str) + EMULATED_SUFFIX)
     fill_units(rows)
-    rows["machine"] = [machine_label(r) for r in rows.to_dict("records")]
+    records = rows.to_dict("records")
+    rows["machine"] = [machine_label(r) for r in records]
+    rows["kind"] = [machine_kind(r) for r in records]
+    # A serving point has a load where other modes have a batch; its batch_size is a default it never used.
+    rows["load"] = [load_text(r) or None for r in records]
+    rows["batch_size"] = rows["batch_size"].where(rows["load"].isna())
     rows["config"] = [config_label(r) for r in rows.to_dict("records")]
     return rows
 
@@ -259,9 +270,17 @@ def unit_items(unit: str) -> str:
     return str(unit).removesuffix("/s")
 
 
+# Fields a configuration's label names where they are set to other than their default (keys.DEFAULTS).
+LABELLED_WHEN_SET = ("parallelism", "tp_degree", "activation_checkpointing", "engine", "endpoint", "length_dist",
+                     "shared_prefix_len", "prompt_file", "trace_file")
+
+
 def config_label(row: dict) -> str:
+    """The configuration in words: every field of WORKLOAD that tells it from another (a serving point's
+    load in place of a batch, any other field where it is not at its default), so two configurations
+    never share a label."""
     parts = [str(row.get(k) or "?") for k in ("model", "mode", "precision")]
-    parts.append(f"bs{int_text(row.get('batch_size'))}")
+    parts.append(str(row["load"]) if is_present(row.get("load")) else f"bs{int_text(row.get('batch_size'))}")
     if is_present(row.get("input_shape")):
         parts.append(str(row["input_shape"]))
     if is_present(row.get("world_size")) and row["world_size"] > 1:
@@ -270,4 +289,4 @@ def config_label(row: dict) -> str:
         parts.append(f"compile={row['compile']}")
     if row.get("channels_last") is True:
         parts.append("channels_last")
-    return " ".join(parts)
+    return " ".join(parts + set_fields(row, LABELLED_WHEN_SET))

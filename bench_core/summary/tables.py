@@ -51,7 +51,7 @@ def headline_table(res: Results) -> pd.DataFrame:
         samples_per_s=("samples_per_s", "median"), sample_unit=("sample_unit", "first"),
         step_time_ms=("step_time_ms_median", "median"), mpx_per_s=("mpx_per_s", "median"),
         mvox_per_s=("mvox_per_s", "median"), images_per_s=("images_per_s", "median"),
-        peak_memory_mib=("_peak_memory_mib", "median"),
+        peak_memory_mib=("_peak_memory_mib", "median"), load=("load", "first"),
         emulated=("precision_support", lambda s: bool((s == "emulated").any())))
     return sort_table(table.reset_index())
 
@@ -194,7 +194,7 @@ def knee_points(curves: pd.DataFrame, fraction: float = KNEE_FRACTION) -> pd.Dat
     """Per curve: the best throughput and the knee, the smallest batch reaching `fraction` of it."""
     if curves.empty:
         return pd.DataFrame()
-    keys = ["machine", *[k for k in WORKLOAD if k != "batch_size"]]
+    keys = ["machine", *[k for k in WORKLOAD if k != "batch_size" and k in curves]]
     out = []
     for key, curve in curves.groupby(keys, dropna=False, sort=False):
         curve = curve.dropna(subset=["throughput"]).sort_values("batch_size")
@@ -226,9 +226,10 @@ def scaling_table(res: Results) -> pd.DataFrame:
     if not curves:
         return pd.DataFrame()
     speedups = compare_variants(ok, "world_size", 1, keys=keys)
-    table = pd.concat(curves, ignore_index=True).merge(
-        speedups[[*keys, "world_size", "ratio", "low", "high", "verdict", "text"]], on=[*keys, "world_size"],
-        how="left")
+    # Keys as objects on both sides: a field empty in every row (another mode's) is float here, text there.
+    table = pd.concat(curves, ignore_index=True).astype({k: object for k in keys}).merge(
+        speedups[[*keys, "world_size", "ratio", "low", "high", "verdict", "text"]].astype({k: object for k in keys}),
+        on=[*keys, "world_size"], how="left")
     one = table["world_size"] == 1
     table["speedup"] = table["ratio"].where(~one, 1.0)
     table["text"] = table["text"].where(~one, "1 device: the reference")
