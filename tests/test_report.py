@@ -173,6 +173,35 @@ def _table_with(part: str, header: str) -> list[dict]:
     return [dict(zip(table[0], row)) for row in table[1:]]
 
 
+@pytest.mark.slow
+def test_the_kept_runs_are_three_h200_machines_and_each_configuration_its_own_row(kept):
+    """Issue 60: the two kept H200 runs were one machine, "NVIDIA H200 · vm", their rows repeats of one
+    configuration (resnet18 at batch 64: 19,800 images/s pooling 17,373 and 22,148); two serving loads
+    one row (171 tokens/s, the median of 68 at 1 user and 274 at 8); plain and FSDP2 training two rows
+    that looked alike; and first light's serving rows a second, CPU machine. A machine is a GPU
+    instance: first light's two calls ran on two GPUs (their UUIDs in nvidia-smi-1.txt and -2.txt)."""
+    html = kept["html"]
+    opening = html[:html.index('id="Overview"')]
+    assert "Machines</strong> (3)" in opening
+    for uuid in ("5faf33eb", "c2df5475", "d1233024"):
+        assert f"NVIDIA H200 · vm · GPU-{uuid}" in opening
+    assert "Intel(R) Xeon(R) Processor · vm" not in html  # the serving rows name their GPU (repaired)
+    headline = _section(html, "Headline-results")
+    images = _table_with(headline, "images/s (median)")
+    at_64 = {r["machine"]: r["images/s (median)"] for r in images
+             if (r["model"], r["batch"], r["compile"]) == ("resnet18", "64", "off")}
+    assert at_64 == {"NVIDIA H200 · vm · GPU-c2df5475": "17,400", "NVIDIA H200 · vm · GPU-d1233024": "22,100"}
+    served = _table_with(headline, "served tokens/s (median)")
+    assert [(r["load"], r["served tokens/s (median)"], r["repeats"]) for r in served] == \
+        [("1 user", "68.1", "1"), ("8 users", "274", "1")] and "batch" not in served[0]
+    tokens = _table_with(headline, "tokens/s (median)")
+    assert sorted(r["parallelism"] for r in tokens if (r["model"], r["mode"], r["precision"]) ==
+                  ("llama-1b", "train", "amp-bf16")) == ["ddp", "fsdp"]
+    machines = _section(html, "Machines-side-by-side")
+    assert "Baseline: <strong>NVIDIA H200 · vm · GPU-5faf33eb</strong>" in machines
+    assert "<strong>NVIDIA H200 · vm · GPU-d1233024</strong>: too few repeats for an interval in 1" in machines
+
+
 # -- the report of one machine ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from bench_core.results.comparison import (
     t_quantile,
     usable,
 )
-from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.load import WORKLOAD, Results, load_text
 from bench_core.summary.text import is_number, is_present, num_text
 
 
@@ -56,8 +56,7 @@ def measured_lines(rows: list[dict], run_name: str) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("device_type") == "cuda":
-            key = (*(str(r.get(k)) for k in WORKLOAD), str(r.get("gpu_name")), str(r.get("concurrency")),
-                   str(r.get("request_rate")))
+            key = (*(str(r.get(k)) for k in WORKLOAD), str(r.get("gpu_name")))
             groups.setdefault(key, []).append(r)
     out = []
     for group in groups.values():
@@ -71,7 +70,7 @@ def measured_lines(rows: list[dict], run_name: str) -> list[dict]:
             "channels_last" if first.get("channels_last") else "",
             f"compile {first['compile']}" if first.get("compile") not in (None, "off") else "",
             first["parallelism"] if first.get("parallelism") not in (None, "ddp") else "",
-            f"{first['concurrency']} users" if first["mode"] == "serve" else "") if part)
+            load_text(first)) if part)
         out.append({
             "source": MEASURED_SOURCE, "model": first["model"], "mode": first["mode"], "precision": first["precision"],
             "match_precisions": first["precision"], "gpu": first["gpu_name"],
@@ -112,7 +111,7 @@ def reference_matches(res: Results) -> pd.DataFrame:
                     and ours["precision"] in r["match_precisions"].split()
                     and r["input_shape"] == ours["input_shape"] and r["gpus"] == ours["world_size"]
                     and gpu_matches(ours["device_name"], r["gpu_match"])):
-                values = group[r["metric"]].dropna()
+                values = pd.to_numeric(group[r["metric"]], errors="coerce").dropna()
                 c = published_comparison(values, r["value"], r["value_std"], higher_better=r["metric"] != "s_per_iter")
                 out.append({"machine": ours["machine"], "model": ours["model"], "mode": ours["mode"],
                             "precision": ours["precision"], "input_shape": ours["input_shape"],
