@@ -58,6 +58,11 @@ def test_the_gpu_acceptance_sweep_covers_every_family_and_gpu_path():
     assert {c.compile for c in resnet18 if c.batch_size == 64} == {"off", "default"}
     assert sorted({c.batch_size for c in resnet18}) == [1, 4, 16, 64, 256]
     assert all(c.device == "cpu" for c in configs)  # (replaced above: cuda there)
+    # Two repeats at least of everything the report compares, so that each verdict has an interval (issue 60)
+    standard = yaml.safe_load((ROOT / "params" / "gpu-standard.yaml").read_text())
+    standard["settings"]["device"] = "cpu"
+    standard = parse_sweep(standard).configs
+    assert min(c.repeats for c in [*configs, *standard]) >= 2
 
 
 def test_the_acceptance_selector_picks_the_cpu_rehearsal_without_a_gpu():

@@ -204,15 +204,23 @@ def show_amp_speedup(res: Results) -> None:
                "of the same workload on the same machine." + (f" {skipped}" if skipped else ""))
         return
     several = table["machine"].nunique() > 1
-    table = table.assign(label=[f"{w} · {m}" if several else w for w, m in
-                                zip(label_columns(table, always=("mode", "precision")), table["machine"])])
+    best = table["batches"] != "the same"
+    table = table.assign(label=[f"{w}{' (each at its best)' if b else ''}" + (f" · {m}" if several else "")
+                                for w, m, b in zip(label_columns(table, always=("mode", "precision")),
+                                                   table["machine"], best)])
+    if best.any():
+        paragraph("Where a precision ran at another batch or layout than fp32 (each the largest batch it fits, as "
+                  "lambdal measures them), it is also compared at its own best against fp32 at fp32's best: the "
+                  "highest median throughput each ran at, said in 'compared at'. That answers 'how much faster is "
+                  "it, each run as well as it runs', not the speed-up of the precision alone at one batch.")
     show_ratio_chart(table, list(table["label"]), "Speed-up of each reduced precision over fp32: ratio and 95 % interval",
                      "Point chart: speed-up of each reduced precision over fp32, with intervals",
                      xlabel="speed-up over fp32 (log scale; above 1 is faster)")
     few_repeats_note(table, "label")
     show_per_unit(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode",
                                            "precision": "precision", "batch_size": "batch", "input_shape": "input",
-                                           "world_size": "devices", "fp32": "fp32, {unit} (median)",
+                                           "world_size": "devices", "batches": "compared at",
+                                           "fp32": "fp32, {unit} (median)",
                                            "throughput": "this precision, {unit} (median)",
                                            "text": "speed-up over fp32 [95% CI], verdict",
                                            "baseline_repeats": "fp32 repeats", "repeats_text": "repeats"}))

@@ -108,16 +108,69 @@ def _pick_baseline(res: Results, machines: list[str], wanted: str | None) -> tup
 
 def amp_speedup_table(res: Results) -> pd.DataFrame:
     """Each reduced precision against fp32 of the same workload on the same machine, from the
-    repeats: medians of both, speed-up (ratio of geometric means), its interval and verdict."""
+    repeats: medians of both, speed-up (ratio of geometric means), its interval and verdict. At the
+    same batch and layout, and where a precision ran at others than fp32 (each the most it fits, as
+    lambdal measures), also each at its best (best_batch_speedups): `batches` says which ("the same",
+    or "each at its best: batch 1,280, channels_last and fp32's batch 640, NCHW")."""
     ok = res.ok
     if ok.empty or "fp32" not in set(ok["precision"]):
         return pd.DataFrame()
-    table = compare_variants(ok, "precision", "fp32", value="throughput")
+    same = compare_variants(ok, "precision", "fp32", value="throughput").assign(batches="the same")
+    best = best_batch_speedups(ok)
+    table = pd.concat([part for part in (same, best) if len(part)], ignore_index=True) if len(best) else same
     if table.empty:
         return pd.DataFrame()
     table = with_unit(table.rename(columns={"baseline_median": "fp32", "median": "throughput"}), ok)
-    table = with_repeats(table, ok, "precision", "fp32", ["machine", *[k for k in WORKLOAD if k != "precision"]])
+    others = ["machine", *[k for k in WORKLOAD if k != "precision"]]
+    same_part, best_part = table[table["batches"] == "the same"], table[table["batches"] != "the same"]
+    parts = [with_repeats(same_part, ok, "precision", "fp32", others)]
+    if len(best_part):  # fp32's repeats counted at fp32's own batch
+        fp32 = with_repeats(best_part.assign(batch_size=best_part["fp32_batch_size"],
+                                             channels_last=best_part["fp32_channels_last"]), ok, "precision", "fp32",
+                            others)
+        parts.append(with_repeats(best_part, ok, "precision", "fp32", others).assign(
+            baseline_repeats=fp32["baseline_repeats"].to_numpy()))
+    table = pd.concat([part for part in parts if len(part)], ignore_index=True)
     return sort_table(table.assign(speedup=table["ratio"]))
+
+
+# What a precision is run at to give its best (lambdal: the largest batch it fits, channels_last for AMP).
+BEST_OF = ("batch_size", "channels_last")
+
+
+def best_batch_speedups(ok: pd.DataFrame) -> pd.DataFrame:
+    """Each reduced precision at its own best batch and layout (BEST_OF: the highest median throughput
+    among those it ran) against fp32 at fp32's, where the two differ: compare_variants on those rows;
+    batch_size and channels_last are the precision's, fp32_batch_size and fp32_channels_last fp32's."""
+    keys = ["machine", *[k for k in WORKLOAD if k not in ("precision", *BEST_OF)]]
+    ok = ok.dropna(subset=["batch_size"])
+    if ok.empty:
+        return pd.DataFrame()
+
+    def key(row: dict) -> str:
+        return "|".join(str(row[k]) for k in keys)
+    label = pd.Series([key(r) for r in ok[keys].to_dict("records")], index=ok.index)
+    medians = ok.assign(_key=label).groupby(["_key", "precision", *BEST_OF])["throughput"].median().reset_index()
+    best = medians.loc[medians.groupby(["_key", "precision"])["throughput"].idxmax()]
+    best_of = {(k, p): (b, c) for k, p, b, c in zip(best["_key"], best["precision"], best["batch_size"],
+                                                     best["channels_last"])}
+    at_best = ok[[best_of.get((k, p)) == (b, c) for k, p, b, c in
+                  zip(label, ok["precision"], ok["batch_size"], ok["channels_last"])]]
+    table = compare_variants(at_best, "precision", "fp32", keys=keys, value="throughput")
+    if table.empty:
+        return table
+    mine = [best_of[(key(r), r["precision"])] for r in table.to_dict("records")]
+    fp32 = [best_of[(key(r), "fp32")] for r in table.to_dict("records")]
+    table = table.assign(batch_size=[m[0] for m in mine], channels_last=[m[1] for m in mine],
+                         fp32_batch_size=[f[0] for f in fp32], fp32_channels_last=[f[1] for f in fp32],
+                         batches=[f"each at its best: {setting_text(*m)} and fp32's {setting_text(*f)}"
+                                  for m, f in zip(mine, fp32)])
+    return table[[m != f for m, f in zip(mine, fp32)]]
+
+
+def setting_text(batch_size, channels_last) -> str:
+    """'batch 1,280, channels_last' / 'batch 640, NCHW'."""
+    return f"batch {num_text(batch_size)}, {'channels_last' if channels_last is True else 'NCHW'}"
 
 
 def with_repeats(table: pd.DataFrame, rows: pd.DataFrame, column: str, baseline, keys: list[str]) -> pd.DataFrame:
