@@ -134,7 +134,10 @@ def measured_csv(runs: Path) -> str:
     from bench_core.summary.reference import measured_lines
     lines = [line for run in sorted(p for p in runs.iterdir() if p.is_dir())
              for line in measured_lines(list(iter_rows(run)), run.name)]
-    header = (MEASURED.parent / "reference.csv").read_text().splitlines()[0].split(",")
+    # reference.csv's columns, the run ids each line was made from (a report never compares a row with a
+    # line made from it) and its configuration in words (a row is compared only with the same one): see
+    # summary/reference.py
+    header = (MEASURED.parent / "reference.csv").read_text().splitlines()[0].split(",") + ["run_ids", "config"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
