@@ -31,7 +31,7 @@ from bench_core.workload.models import register_model
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"
 TINY = dict(model="resnet18", width=32, height=32, steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu")
-SECTIONS = ["Overview", "Headline results", "Machines side by side", "Throughput", "AMP speed-up",
+SECTIONS = ["Overview", "Headline results", "Machines side by side", "This or that", "Throughput", "AMP speed-up",
             "Compile and channels_last", "Batch size", "Memory", "Step times", "Scaling", "Efficiency",
             "Cost frontier", "Serving", "Published figures", "Failures", "Environment", "Method"]
 
@@ -214,6 +214,22 @@ def test_the_published_figures_of_the_kept_runs_are_outside_ones_said_as_defined
     assert fp32 == ["ratio 0.48 (published figure has no spread: no interval); defined differently: their fp32 may "
                     "be any of fp32, tf32 (ours: fp32; see the note); their batch is not stated"]
     assert "How far two runs of one kind of GPU agree" not in published  # every kept run is in this report
+    # Rows that differ in a field are told apart by it: channels_last amp-fp16 (6,457) and NCHW (3,096)
+    assert {r["configuration"] for r in rows if r["precision"] == "amp-fp16"} == {
+        "resnet50 train amp-fp16 bs1,280 3x224x224 channels_last", "resnet50 train amp-fp16 bs1,280 3x224x224"}
+
+
+@pytest.mark.slow
+def test_the_kept_runs_pool_their_h200_machines_as_one_kind_and_show_how_far_they_differ(kept):
+    """Issue 60/61: a report that pools machines of one kind says so and shows their spread: the three H200
+    machines' medians side by side where two ran a configuration, and the fastest over the slowest."""
+    part = _section(kept["html"], "This-or-that")
+    assert "NVIDIA H200: 3 machines of this kind (vm · GPU-5faf33eb, vm · GPU-c2df5475, vm · GPU-d1233024)" in part
+    spread = {r["configuration"]: (r["median of each machine"], r["fastest / slowest"])
+              for r in _table_with(part, "median of each machine")}
+    assert spread["resnet18 infer amp-bf16 bs64 3x224x224"] == (
+        "vm · GPU-c2df5475: 17,373; vm · GPU-d1233024: 22,148", "1.27x")
+    assert len(spread) == 3 and "another kind answers" in part
 
 
 def test_a_row_is_never_compared_with_a_figure_made_from_it_and_our_own_runs_are_said_ours():
@@ -908,3 +924,61 @@ def test_sections_with_nothing_to_show_become_one_list_and_the_contents_lists_wh
     listed = notebook.cells[3].source
     assert "- **Scaling**: No scaling data: a sweep over devices (params/scaling.yaml) fills this section." in listed
     assert gather(notebook) == []  # what is left has something to show in every section
+
+
+# -- this kind of machine or that (issue 61 item 3) ----------------------------------------------------
+
+def test_two_kinds_are_compared_with_an_interval_hosts_cost_and_how_far_machines_of_a_kind_differ(dirs, tmp_path):
+    """CPU rows and the same rows as two machines of another kind (V100s, twice as fast): each workload's
+    ratio of the kinds with its interval and how it was made, a host-bound row named as comparing hosts,
+    the cost per million images on each (the CPU's price from its rows, the V100's from a default table),
+    and the two V100 machines pooled and their spread shown."""
+    cpu = [{**r, "price_per_hour": 0.5, "currency": "USD"}
+           for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    results.write_run(tmp_path / "cpu", "cpu", cpu)
+    gpu = [r for run in sorted((dirs["gpu"] / "runs").iterdir()) for r in results.read_run(run) if r["world_size"] == 1]
+    results.write_run(tmp_path / "v100-a", "a", [{**r, "noise_flags": "host-bound(gpu busy 40%)"} if i == 0 else r
+                                                 for i, r in enumerate(gpu)])
+    results.write_run(tmp_path / "v100-b", "b", [{**r, "host": "gpu-node-2", "run_id": "gpu-runs-b"} for r in gpu])
+    res = summary.load_results([tmp_path / "cpu", tmp_path / "v100-a", tmp_path / "v100-b"])
+    cpu_kind, v100 = res.ok["kind"].iloc[0], "Tesla V100-SXM2-16GB"
+    spread = summary.instance_spread(res)
+    assert set(spread["kind"]) == {v100} and len(spread) == 5 and (spread["spread"].round(6) == 1).all()
+    assert spread["medians"].str.contains("gpu-node-1: ").all() and spread["medians"].str.contains("gpu-node-2: ").all()
+    prices = summary.kind_prices(res, table=[{"gpu": "V100-SXM2-16GB", "price_per_hour": "2.0", "currency": "USD",
+                                              "provider": "a cloud", "date": "2026-11", "source": "its price page"}])
+    assert prices[cpu_kind]["source"] == "price_per_hour in its rows"
+    assert prices[v100] == {"price_per_hour": 2.0, "currency": "USD", "source": "a cloud, 2026-11, its price page"}
+    table = summary.kind_comparison(res, prices=prices)
+    assert len(table) == 5 and set(table["kind"]) == {v100} and set(table["baseline_kind"]) == {cpu_kind}
+    assert table["ratio"].round(6).eq(2).all() and table["text"].str.fullmatch(r"2\.00x " + INTERVAL).all()
+    assert set(table["how"]) == {"repeats as samples, and a stated run-to-run shift of 10% a run, which a side with "
+                                 "one run cannot measure"}
+    assert set(table["instances"]) == {"1 and 2"}
+    hosts = table[table["hosts"] != ""]
+    assert len(hosts) == 1 and hosts["hosts"].item().startswith(f"compares hosts: host-bound rows on {v100}")
+    for row in table.to_dict("records"):
+        assert row["base_cost"] == pytest.approx(0.5 / (row["baseline_median"] * 3600) * 1e6)
+        assert row["other_cost"] == pytest.approx(2.0 / (row["median"] * 3600) * 1e6)
+
+
+def test_an_h100_folder_drops_in_beside_the_kept_h200_runs(tmp_path):
+    """No H100 has run yet: the second H200 run's rows as an H100's (80 % of the speed, its own GPU) stand
+    in for one. The kinds are compared on what both ran, the H200's machines pooled, lambdal's H100 and
+    H200 figures beside ours."""
+    h100 = [{**r, "device_name": "NVIDIA H100 80GB HBM3", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "h100-0000",
+             "host": "h100-vm", "throughput": r["throughput"] * 0.8 if r["throughput"] else None,
+             "samples_per_s": r["samples_per_s"] * 0.8 if r["samples_per_s"] else None}
+            for r in results.iter_rows(KEPT[1])]
+    results.write_run(tmp_path / "h100-2026-12-01", "h100", h100)
+    res = summary.load_results([*KEPT, tmp_path / "h100-2026-12-01"])
+    table = summary.kind_comparison(res)
+    assert set(table["baseline_kind"]) == {"NVIDIA H200"} and set(table["kind"]) == {"NVIDIA H100 80GB HBM3"}
+    resnet50 = table[(table["model"] == "resnet50") & table["channels_last"]].set_index("precision")
+    bf16 = resnet50.loc["amp-bf16"]  # (amp-fp16's repeats were flagged: power-capped, no ratio judged)
+    assert bf16["instances"] == "2 and 1"
+    assert bf16["ratio"] == pytest.approx(0.8 * 5073.626244 / (5070.004017 * 5073.626244) ** 0.5)
+    assert resnet50.loc["amp-fp16", "published"] == ("lambdal (lambdal resnet50 newer run): 2,790 / 3,079 = 0.91x "
+                                                      "(defined differently: their batch is not stated)")
+    at_64 = table[(table["model"] == "resnet18") & (table["batch_size"] == 64) & (table["compile"] == "off")].iloc[0]
+    assert at_64["instances"] == "2 and 1"  # the two H200s that ran it (17,373 and 22,148) pooled

@@ -196,8 +196,7 @@ def show_efficiency(res: Results) -> None:
 def show_references(res: Results) -> None:
     matched = reference_matches(res)
     ref = load_reference()
-    columns = columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
-                                "input_shape": "input", "devices": "devices", "batch_size": "batch",
+    columns = columns_for(res, {"machine": "machine", "config": "configuration", "precision": "precision",
                                 "ours": "ours (median)", "ours_iqr": "ours (IQR)", "repeats": "repeats",
                                 "published": "published", "published_std": "± (published)", "unit": "unit",
                                 "comparison": "ours vs published [95% CI]", "source": "source",

@@ -110,8 +110,8 @@ def reference_matches(res: Results) -> pd.DataFrame:
         return pd.DataFrame()
     ref = load_reference()
     here = set(res.rows["run_id"].dropna().astype(str))
-    ref = ref[[not (set(str(ids).split()) & here) if is_present(ids) else True
-               for ids in ref.get("run_ids", pd.Series("", index=ref.index))]]
+    ref = ref[pd.Series([not (set(str(ids).split()) & here) if is_present(ids) else True
+                         for ids in ref.get("run_ids", pd.Series("", index=ref.index))], index=ref.index, dtype=bool)]
     keys = ["machine", "device_name", "config", *WORKLOAD]
     out = []
     for key, group in ok.groupby(keys, dropna=False, sort=False):
@@ -128,7 +128,8 @@ def reference_matches(res: Results) -> pd.DataFrame:
                 differs = definition_differences(r, ours)
                 if differs:
                     c["text"] = f"{c['text']}; defined differently: {differs}"
-                out.append({"machine": ours["machine"], "model": ours["model"], "mode": ours["mode"],
+                out.append({"machine": ours["machine"], "config": ours["config"], "model": ours["model"],
+                            "mode": ours["mode"],
                             "precision": ours["precision"], "input_shape": ours["input_shape"],
                             "devices": ours["world_size"], "batch_size": ours["batch_size"],
                             "ours": values.median() if len(values) else math.nan,
