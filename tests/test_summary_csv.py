@@ -124,3 +124,20 @@ def test_a_partly_failed_gpu_configuration(tmp_path):
     assert (line["peak_mem_bytes"], line["peak_mem_source"]) == (2**33 + 4096, "allocated")
     assert line["energy_j_per_sample"] == pytest.approx(0.95)
     assert line["machine"] == "NVIDIA A100-SXM4-80GB · gpu-node-1"
+
+
+def test_summary_csv_names_each_gpu_machine_and_each_serving_load():
+    """Issue 60: summary.csv of the kept H200 runs called every GPU 'NVIDIA H200 · vm' and merged two
+    serving loads into one line. A machine line per GPU instance, a summary line per load (no batch)."""
+    from pathlib import Path
+
+    from bench_core.results.config_summary import machine_lines
+    first_light = Path(__file__).resolve().parents[1] / "gpu" / "runs" / "h200-2026-11-27"
+    rows = list(results.iter_rows(first_light))
+    assert sorted(m["machine"] for m in machine_lines(rows)) == ["NVIDIA H200 · vm · GPU-5faf33eb",
+                                                                  "NVIDIA H200 · vm · GPU-c2df5475"]
+    served = [line for line in summary_lines(rows) if line["mode"] == "serve"]
+    assert [(s["load"], s["batch_size"], s["repeats_ok"]) for s in served] == [("1 user", None, 1), ("8 users", None, 1)]
+    assert {s["machine"] for s in served} == {"NVIDIA H200 · vm · GPU-c2df5475"}
+    committed = read(first_light, "summary.csv")  # as gpu/keep_run.py rebuilt it
+    assert list(committed.loc[committed["mode"] == "serve", "load"]) == ["1 user", "8 users"]
