@@ -26,10 +26,14 @@ DEFAULTS = {**HASHED_WHEN_NOT, **SERVE_DEFAULTS, "compile": "off", "channels_las
 def load_text(row: dict) -> str:
     """A serving point's load in words ('8 users', '2.5 requests/s, at most 16 in flight', 'trace x0.5,
     4 turns'); '' for a row without one (every mode but serve)."""
-    def number(name):
-        value = row.get(name)
-        return float(value) if present(value) and str(value).strip().lower() not in ("none", "nan") else None
-    rate, users, scale, turns = number("request_rate"), number("concurrency"), number("trace_time_scale"), number("turns")
+    def number(name) -> float | None:
+        try:
+            value = float(row.get(name))
+        except (TypeError, ValueError):  # unset (None), or text that is no number
+            return None
+        return value if math.isfinite(value) else None
+    rate, users = number("request_rate"), number("concurrency")
+    scale, turns = number("trace_time_scale"), number("turns")
     parts = []
     if present(row.get("trace_file")):
         parts.append(f"trace x{scale:g}" if scale is not None else "trace")

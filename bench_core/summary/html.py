@@ -314,9 +314,10 @@ def chart_rows(ok: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 def label_columns(table: pd.DataFrame, always: tuple[str, ...] = (), never: tuple[str, ...] = ()) -> list[str]:
     """Short labels: the model, the `always` columns, plus every other configuration field that varies in
-    this table (SHOWN_FIELDS: rows that differ only in a field the label leaves out would look alike)."""
-    varying = [c for c in SHOWN_FIELDS if c in table and c not in (*never, *always, "model")
-               and table[c].nunique(dropna=False) > 1]
+    this table (SHOWN_FIELDS but mode and precision, which a label names only in `always`: rows that differ
+    only in a field the label leaves out would look alike)."""
+    varying = [c for c in SHOWN_FIELDS if c in table and c not in (*never, *always, "model", "mode", "precision")
+               and table[c].nunique(dropna=False) > 1]  # (mode and precision: a chart's panels and colours)
     return [" ".join([str(row.get("model") or "?")] + [part for c in (*always, *varying)
                                                        if (part := field_text(c, row.get(c), row))])
             for row in table.to_dict("records")]

@@ -20,6 +20,7 @@ from bench_core.summary.effects import compare_variants, verdict_summary
 from bench_core.summary.html import absent, esc, note, paragraph, section, show_html, show_table
 from bench_core.summary.load import WORKLOAD, Results
 from bench_core.summary.reference import MEASURED_SOURCE, definition_differences, gpu_matches, load_reference
+from bench_core.summary.speed import show_per_unit
 from bench_core.summary.text import is_number, is_present, num_text, short_list
 
 HOST_BOUND = "host-bound("  # the noise flag of a row whose GPU waited on its host (measure/noise.py)
@@ -141,8 +142,8 @@ def kind_comparison(res: Results, baseline: str | None = None, prices: dict | No
     prices = kind_prices(res) if prices is None else prices
     table = compare_variants(ok, "kind", base, keys=list(WORKLOAD), value="throughput")
 
-    def key(row: dict) -> str:
-        return "|".join(str(row[k]) for k in WORKLOAD)
+    def key(row: dict) -> str:  # (an empty value one way, whether None or NaN)
+        return "|".join(str(row[k]) if is_present(row[k]) else "" for k in WORKLOAD)
     workloads = pd.Series([key(r) for r in ok[list(WORKLOAD)].to_dict("records")], index=ok.index)
     lines = []
     for row in table.to_dict("records"):
@@ -182,9 +183,10 @@ def show_kinds(res: Results, baseline: str | None = None) -> None:
         return
     for kind, machines in kinds.items():
         if len(machines) > 1:
-            paragraph(f"{kind}: {len(machines)} machines of this kind ({', '.join(instance_name(m, kind) for m in machines)}) "
-                      "are pooled as one kind in the comparison below, never as repeats of one machine; where two or "
-                      "more of them ran a configuration, their medians side by side:")
+            names = ", ".join(instance_name(m, kind) for m in machines)
+            paragraph(f"{kind}: {len(machines)} machines of this kind ({names}) are pooled as one kind in the "
+                      "comparison below, never as repeats of one machine; where two or more of them ran a "
+                      "configuration, their medians side by side:")
     if len(spread):
         show_table(spread.assign(spread_text=[f"{v:.2f}x" for v in spread["spread"]]),
                    {"kind": "kind", "config": "configuration", "medians": "median of each machine",
@@ -201,16 +203,18 @@ def show_kinds(res: Results, baseline: str | None = None) -> None:
     items = "".join(f"<li><strong>{esc(k)}</strong> against {esc(base)}: {esc(verdict_summary(part, 'workload'))}"
                     "</li>" for k, part in table.groupby("kind", sort=False))
     show_html(f"<p>Each kind's throughput over {esc(base)}'s on every workload both ran (above 1: faster), its "
-              f"machines pooled, with a 95 % interval and verdict; the last columns say how each interval was made, "
-              f"whether the rows compare hosts more than GPUs, and what a million items cost on each.</p><ul>{items}</ul>")
+              "machines pooled, with a 95 % interval and verdict; the last columns say how each interval was made, "
+              "whether the rows compare hosts more than GPUs, and what a million items cost on each.</p>"
+              f"<ul>{items}</ul>")
     prices = kind_prices(res)
     currency = {str(p.get("currency") or "") for p in prices.values()}
-    show_table(table.assign(text_cost=[_cost_text(b, o) for b, o in zip(table["base_cost"], table["other_cost"])]), {
-        "config": "workload", "kind": "kind", "baseline_median": f"{base}, median", "median": "this kind, median",
-        "throughput_unit": "unit", "text": f"× {base} [95% CI], verdict", "instances": "machines (each side)",
-        "how": "how the interval is made", "hosts": "compares hosts?",
-        "text_cost": f"cost per million items, {base} / this kind ({', '.join(sorted(currency - {''})) or 'no price'})",
-        "published": "published, both kinds (theirs / base)"})
+    money = ", ".join(sorted(currency - {""})) or "no price"
+    show_per_unit(table.assign(text_cost=[_cost_text(b, o) for b, o in zip(table["base_cost"], table["other_cost"])]), {
+        "config": "workload", "kind": "kind", "baseline_median": f"{base}, {{unit}} (median)",
+        "median": "this kind, {unit} (median)", "text": f"× {base} [95% CI], verdict",
+        "instances": "machines (each side)", "how": "how the interval is made", "hosts": "compares hosts?",
+        "text_cost": f"cost per million items, {base} / this kind ({money})",
+        "published": "published: this kind / base kind"})
     if prices:
         paragraph("Prices per device-hour: " + "; ".join(
             f"{k}: {num_text(p['price_per_hour'])} {p['currency']} ({p['source']})" for k, p in prices.items()) + ".")

@@ -147,8 +147,8 @@ def best_batch_speedups(ok: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
 
-    def key(row: dict) -> str:
-        return "|".join(str(row[k]) for k in keys)
+    def key(row: dict) -> str:  # (an empty value one way, whether None or NaN)
+        return "|".join(str(row[k]) if is_present(row[k]) else "" for k in keys)
     label = pd.Series([key(r) for r in ok[keys].to_dict("records")], index=ok.index)
     medians = ok.assign(_key=label).groupby(["_key", "precision", *BEST_OF])["throughput"].median().reset_index()
     best = medians.loc[medians.groupby(["_key", "precision"])["throughput"].idxmax()]
