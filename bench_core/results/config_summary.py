@@ -28,7 +28,9 @@ _MEANING = dict(schema())
 
 # (column, description), in file order. Numbers are over the ok repeats; empty when none ran.
 SUMMARY_COLUMNS = [
-    ("machine", "the machine, '<device> · <host>' (as the report names it): its line in machines.csv"),
+    ("machine", "the machine, '<device> · <host>', and on a GPU '· GPU-<first 8 of its UUID>': one GPU instance "
+                "(as the report names it; two GPUs of one kind behind one host name are two machines): its line in "
+                "machines.csv"),
     *[(name, _MEANING[name].removeprefix("config: ")) for name in WORKLOAD],
     ("load", "mode serve: the point's load in words (users, requests/s, a trace, turns), from the columns before; "
              "a serving point has a load where other modes have a batch size (its batch_size is left empty)"),
