@@ -570,7 +570,9 @@ SERVE_TEMPLATE = next(r for r in results.iter_rows(ROOT / "gpu" / "runs" / "h200
 def test_each_serving_load_and_request_shape_is_a_configuration_of_its_own(tmp_path):
     """Issue 60: a CPU ladder of 1, 2, 4 and 8 users became one row with 4 repeats, and the serving
     charts joined two request shapes (prompt 16+8 and 64+32) into one line; a serve row showed a batch."""
-    results.write_run(tmp_path, "ladder", _served(SERVE_TEMPLATE, [(16, 8), (64, 32)], [1, 2, 4, 8]))
+    results.write_run(tmp_path, "ladder", [{**r, "price_per_hour": 1.0, "currency": "USD",
+                                            "cost_per_million": 1e6 / (r["throughput"] * 3600)}
+                                           for r in _served(SERVE_TEMPLATE, [(16, 8), (64, 32)], [1, 2, 4, 8])])
     res = summary.load_results([tmp_path])
     headline = summary.headline_table(res)
     assert len(headline) == 8 and set(headline["repeats"]) == {1}
@@ -581,6 +583,8 @@ def test_each_serving_load_and_request_shape_is_a_configuration_of_its_own(tmp_p
     curves = curve_labels(points)
     assert len(points) == 8 and len(set(curves)) == 2
     assert {c.split(", ", 1)[1] for c in curves} == {"prompt 16 + 8 new tokens", "prompt 64 + 32 new tokens"}
+    points = summary.cost_points(res)  # each load a point of the cost frontier, named by its load
+    assert len(points) == 8 and set(summary.picks_table(points)["pick"].str.split(", ").str[-1]) == {"8 users"}
     lines = pd.read_csv(tmp_path / "summary.csv")
     assert len(lines) == 8 and lines["batch_size"].isna().all() and set(lines["load"]) == set(headline["load"])
 
