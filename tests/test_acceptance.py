@@ -58,6 +58,11 @@ def test_the_gpu_acceptance_sweep_covers_every_family_and_gpu_path():
     assert {c.compile for c in resnet18 if c.batch_size == 64} == {"off", "default"}
     assert sorted({c.batch_size for c in resnet18}) == [1, 4, 16, 64, 256]
     assert all(c.device == "cpu" for c in configs)  # (replaced above: cuda there)
+    # Two repeats at least of everything the report compares, so that each verdict has an interval (issue 60)
+    standard = yaml.safe_load((ROOT / "params" / "gpu-standard.yaml").read_text())
+    standard["settings"]["device"] = "cpu"
+    standard = parse_sweep(standard).configs
+    assert min(c.repeats for c in [*configs, *standard]) >= 2
 
 
 def test_the_acceptance_selector_picks_the_cpu_rehearsal_without_a_gpu():
@@ -236,9 +241,9 @@ def test_a_kept_gpu_run_names_its_machine_and_its_rows_hold(run):
     assert env["gpu_name"].lower().replace("nvidia ", "").split()[0] in run.name  # named by its GPU
     rows = list(iter_rows(run))
     ok = [r for r in rows if r["status"] == "ok"]
-    # (serve rows kept from before the fix that records the server's device say none)
-    assert ok and all(r["device_type"] == "cuda" and r["gpu_name"] == env["gpu_name"] for r in ok
-                      if r["mode"] != "serve" or r.get("device_type"))
+    # every row names the GPU it ran on (serve rows kept before the server's device was recorded: repaired)
+    assert ok and all(r["device_type"] == "cuda" and r["device_name"] == r["gpu_name"] == env["gpu_name"]
+                      and r["gpu_uuid"] for r in ok)
     checks = {c.name: c for c in checking.judge(rows, None, [])}
     assert checks["MFU in (0, 1] on every row that has one"].status == checking.PASS
     assert all(0 < r["mfu"] <= 1 for r in ok if r.get("mfu") is not None)
@@ -249,14 +254,62 @@ def test_a_kept_gpu_run_names_its_machine_and_its_rows_hold(run):
     assert all(r["message"] for r in failed)  # a failure is a row that says why
 
 
-def test_the_measured_figures_shipped_are_the_kept_runs_own():
-    """bench_core/data/measured.csv (notebook-bench's own GPU figures in every report's Published
-    figures) is what gpu/keep_run.py makes of gpu/runs/ now: it cannot drift from the kept rows."""
+def _keep_run():
     sys.path.insert(0, str(ROOT / "gpu"))
     try:
         import keep_run
     finally:
         sys.path.remove(str(ROOT / "gpu"))
+    return keep_run
+
+
+def test_a_kept_row_that_names_no_device_is_repaired_from_its_own_calls_environment(tmp_path):
+    """Issue 60: first light's serving rows were kept before the server's device was recorded, so the
+    report listed a second, CPU machine with the GPU's NVML energy. keep_run fills such a row from the
+    environment of the call that made it (the GPU its run file's other rows name), and says so beside
+    the rows; a new keep fills it from its call's environment.json."""
+    keep_run = _keep_run()
+    first = ROOT / "gpu" / "runs" / "h200-2026-11-27"
+    device = ("device_type", "device_name", "device_count", *keep_run.GPU_FIELDS)
+    copy = tmp_path / "h200"
+    subprocess.run(["cp", "-r", str(first), str(copy)], check=True)
+    (copy / "repairs.md").unlink()
+    as_kept = {}  # the rows as first light kept them: the serving rows name no device
+    for rows_file in copy.glob("runs/*/rows.json"):
+        rows = json.loads(rows_file.read_text())
+        for row in rows:
+            if row["mode"] == "serve":
+                as_kept[row["run_id"]] = {k: row[k] for k in device}
+                row.update(dict.fromkeys(("device_type", "device_name", "device_count", "gpu_name", "gpu_uuid",
+                                          "gpu_memory_bytes", "gpu_compute_capability")))
+        rows_file.write_text(json.dumps(rows))
+    measured = keep_run.MEASURED.read_bytes()
+    lines = keep_run.repair(copy)
+    assert len(lines) == 2 and all("environment-2.json" in line for line in lines)
+    serve = {r["run_id"]: r for r in iter_rows(copy) if r["mode"] == "serve"}
+    call = json.loads((first / "environment-2.json").read_text())
+    assert {run_id: {k: r[k] for k in device} for run_id, r in serve.items()} == as_kept
+    assert {r["gpu_uuid"] for r in serve.values()} == {call["gpu_uuid"]} and call["gpu_uuid"].startswith("c2df5475")
+    assert "Why: these rows name no device" in (copy / "repairs.md").read_text()
+    assert "NVIDIA H200" in (copy / "machines.csv").read_text() and "Intel" not in \
+        (copy / "summary.csv").read_text().split("\n", 1)[1].split(",", 1)[0]
+    assert keep_run.repair(copy) == [] and keep_run.MEASURED.read_bytes() == measured  # once; not the repo's
+    # A new keep: the call's environment.json fills it as the rows are copied.
+    src = tmp_path / "call"
+    (src / "runs" / "serve").mkdir(parents=True)
+    (src / "environment.json").write_text((first / "environment-2.json").read_text())
+    row = {**next(iter(serve.values())), "device_type": None, "device_name": None, "gpu_name": None, "gpu_uuid": None}
+    (src / "runs" / "serve" / "rows.json").write_text(json.dumps([row]))
+    keep_run.keep(tmp_path / "kept", [src])
+    (kept,) = iter_rows(tmp_path / "kept")
+    assert (kept["device_type"], kept["gpu_uuid"]) == ("cuda", call["gpu_uuid"])
+    assert keep_run.MEASURED.read_bytes() == measured
+
+
+def test_the_measured_figures_shipped_are_the_kept_runs_own():
+    """bench_core/data/measured.csv (notebook-bench's own GPU figures in every report's Published
+    figures) is what gpu/keep_run.py makes of gpu/runs/ now: it cannot drift from the kept rows."""
+    keep_run = _keep_run()
     assert keep_run.MEASURED.read_text() == keep_run.measured_csv(ROOT / "gpu" / "runs")
     from bench_core.summary.reference import load_reference
     ours = load_reference().query("source == 'notebook-bench'")
@@ -277,4 +330,5 @@ def test_the_report_of_a_real_gpu_run_sets_lambdal_beside_ours(run, tmp_path):
         assert f">{section}<" in page or f">{section}¶" in page or f'id="{section.replace(" ", "-")}"' in page, section
     published = page[page.index('id="Published-figures"'):]
     assert "lambdal" in published and "H200" in published
-    assert "notebook-bench" in published  # the rows kept from the H200 beside ours (here: themselves)
+    # the other kept H200 run's figures beside ours, as ours (never this run's own rows: issue 60)
+    assert "notebook-bench's own earlier runs" in published and "not outside validation" in published

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 from torch import nn
 
@@ -30,7 +31,7 @@ from bench_core.workload.models import register_model
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"
 TINY = dict(model="resnet18", width=32, height=32, steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu")
-SECTIONS = ["Overview", "Headline results", "Machines side by side", "Throughput", "AMP speed-up",
+SECTIONS = ["Overview", "Headline results", "Machines side by side", "This or that", "Throughput", "AMP speed-up",
             "Compile and channels_last", "Batch size", "Memory", "Step times", "Scaling", "Efficiency",
             "Cost frontier", "Serving", "Published figures", "Failures", "Environment", "Method"]
 
@@ -123,6 +124,125 @@ def combined(dirs) -> Path:
     assert proc.stdout.strip() == str(out.resolve())
     assert proc.stderr.strip() == "", proc.stderr
     return out
+
+
+# -- the kept GPU runs (gpu/runs/), as `bench report gpu/runs/*` shows them ------------------------------
+
+KEPT = sorted(p for p in (ROOT / "gpu" / "runs").iterdir() if p.is_dir())
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    import hashlib
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory) -> dict:
+    """`bench report gpu/runs/*` into a folder of its own: its HTML, its stderr, and every kept file's
+    hash before and after (a report never changes what it reads)."""
+    out = tmp_path_factory.mktemp("kept") / "report.html"
+    before = _hashes(ROOT / "gpu" / "runs")
+    proc = subprocess.run([sys.executable, "-m", "bench_core", "report", *map(str, KEPT), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+    return {"html": out.read_text(), "stderr": proc.stderr, "before": before, "after": _hashes(ROOT / "gpu" / "runs"),
+            "executed": nbformat.read(out.with_name("summary.ipynb"), as_version=4)}
+
+
+@pytest.mark.slow
+def test_a_report_of_the_kept_runs_changes_nothing_it_reads(kept):
+    """Issue 60: `bench report` rewrote the committed results.csv of first light, calling a schema
+    difference damage. It reads the run files and writes nothing into its inputs."""
+    assert kept["after"] == kept["before"]
+    assert "damaged" not in kept["stderr"] and "rebuilt" not in kept["stderr"]
+    assert _stderr_and_errors(kept["executed"]) == [] and "could not be drawn" not in kept["html"]
+
+
+def _tables(part: str) -> list[list[list[str]]]:
+    """Each table of a part of the page as its static preview has it: rows of cell texts, the header first."""
+    cell = r"<t[hd]\b[^>]*>(.*?)</t[hd]>"
+    return [[[re.sub(r"<[^>]+>", "", c).replace("&amp;", "&").strip() for c in re.findall(cell, row, re.S)]
+             for row in re.findall(r"<tr\b[^>]*>(.*?)</tr>", table, re.S)]
+            for table in re.findall(r"<table\b.*?</table>", part, re.S)]
+
+
+def _table_with(part: str, header: str) -> list[dict]:
+    """The rows (header -> cell) of the first table of `part` with that column header."""
+    table = next(t for t in _tables(part) if header in t[0])
+    return [dict(zip(table[0], row)) for row in table[1:]]
+
+
+@pytest.mark.slow
+def test_the_kept_runs_are_three_h200_machines_and_each_configuration_its_own_row(kept):
+    """Issue 60: the two kept H200 runs were one machine, "NVIDIA H200 · vm", their rows repeats of one
+    configuration (resnet18 at batch 64: 19,800 images/s pooling 17,373 and 22,148); two serving loads
+    one row (171 tokens/s, the median of 68 at 1 user and 274 at 8); plain and FSDP2 training two rows
+    that looked alike; and first light's serving rows a second, CPU machine. A machine is a GPU
+    instance: first light's two calls ran on two GPUs (their UUIDs in nvidia-smi-1.txt and -2.txt)."""
+    html = kept["html"]
+    opening = html[:html.index('id="Overview"')]
+    assert "Machines</strong> (3)" in opening
+    for uuid in ("5faf33eb", "c2df5475", "d1233024"):
+        assert f"NVIDIA H200 · vm · GPU-{uuid}" in opening
+    assert "Intel(R) Xeon(R) Processor · vm" not in html  # the serving rows name their GPU (repaired)
+    headline = _section(html, "Headline-results")
+    images = _table_with(headline, "images/s (median)")
+    at_64 = {r["machine"]: r["images/s (median)"] for r in images
+             if (r["model"], r["batch"], r["compile"]) == ("resnet18", "64", "off")}
+    assert at_64 == {"NVIDIA H200 · vm · GPU-c2df5475": "17,400", "NVIDIA H200 · vm · GPU-d1233024": "22,100"}
+    served = _table_with(headline, "served tokens/s (median)")
+    assert [(r["load"], r["served tokens/s (median)"], r["repeats"]) for r in served] == \
+        [("1 user", "68.1", "1"), ("8 users", "274", "1")] and "batch" not in served[0]
+    tokens = _table_with(headline, "tokens/s (median)")
+    assert sorted(r["parallelism"] for r in tokens if (r["model"], r["mode"], r["precision"]) ==
+                  ("llama-1b", "train", "amp-bf16")) == ["ddp", "fsdp"]
+    machines = _section(html, "Machines-side-by-side")
+    assert "Baseline: <strong>NVIDIA H200 · vm · GPU-5faf33eb</strong>" in machines
+    assert "<strong>NVIDIA H200 · vm · GPU-d1233024</strong>: too few repeats for an interval in 1" in machines
+
+
+@pytest.mark.slow
+def test_the_published_figures_of_the_kept_runs_are_outside_ones_said_as_defined(kept):
+    """Issue 60: the Published figures table compared the H200 rows with themselves (source notebook-bench,
+    ratio 1.00 on 8 rows), and strict fp32 against lambdal's "FP32" (TF32 on Hopper) showed 0.48 with the
+    note that explains it out of sight."""
+    published = _section(kept["html"], "Published-figures")
+    rows = _table_with(published, "ours vs published [95% CI]")
+    assert rows and {r["source"] for r in rows} == {"lambdal"}
+    fp32 = [r["ours vs published [95% CI]"] for r in rows if r["precision"] == "fp32"]
+    assert fp32 == ["ratio 0.48 (published figure has no spread: no interval); defined differently: their fp32 may "
+                    "be any of fp32, tf32 (ours: fp32; see the note); their batch is not stated"]
+    assert "How far two runs of one kind of GPU agree" not in published  # every kept run is in this report
+    # Rows that differ in a field are told apart by it: channels_last amp-fp16 (6,457) and NCHW (3,096)
+    assert {r["configuration"] for r in rows if r["precision"] == "amp-fp16"} == {
+        "resnet50 train amp-fp16 bs1,280 3x224x224 channels_last", "resnet50 train amp-fp16 bs1,280 3x224x224"}
+
+
+@pytest.mark.slow
+def test_the_kept_runs_pool_their_h200_machines_as_one_kind_and_show_how_far_they_differ(kept):
+    """Issue 60/61: a report that pools machines of one kind says so and shows their spread: the three H200
+    machines' medians side by side where two ran a configuration, and the fastest over the slowest."""
+    part = _section(kept["html"], "This-or-that")
+    assert "NVIDIA H200: 3 machines of this kind (vm · GPU-5faf33eb, vm · GPU-c2df5475, vm · GPU-d1233024)" in part
+    spread = {r["configuration"]: (r["median of each machine"], r["fastest / slowest"])
+              for r in _table_with(part, "median of each machine")}
+    assert spread["resnet18 infer amp-bf16 bs64 3x224x224"] == (
+        "vm · GPU-c2df5475: 17,373; vm · GPU-d1233024: 22,148", "1.27x")
+    assert len(spread) == 3 and "another kind answers" in part
+
+
+def test_a_row_is_never_compared_with_a_figure_made_from_it_and_our_own_runs_are_said_ours():
+    first, second = KEPT
+    alone = summary.reference_matches(summary.load_results([first]))
+    # first light beside the second run's figures of the same configurations, never beside its own
+    assert set(alone[alone["own"]]["run_group"]) == {f"notebook-bench {second.name}"}
+    other = summary.reference_matches(summary.load_results([second]))
+    own = other[other["own"]]  # ... is set beside the second run's same configurations, as ours
+    assert len(own) >= 3 and (own["source"] == "notebook-bench").all() and not (other[~other["own"]]["source"]
+                                                                                == "notebook-bench").any()
+    at_64 = own[(own["model"] == "resnet18") & (own["batch_size"] == 64)]
+    assert len(at_64) == 1 and at_64["published"].item() == pytest.approx(17372.8)
 
 
 # -- the report of one machine ----------------------------------------------------------------------
@@ -431,6 +551,79 @@ def test_report_shows_a_batch_size_max_search_and_its_failure(tmp_path):
     assert "batch search stopped by an error after 1 probes (1 error)" in html
 
 
+def _served(template: dict, shapes, users) -> list[dict]:
+    """Serving rows as a CPU ladder records them, one per shape and load: a kept serve row edited (its
+    device a CPU's, its load and lengths changed), as test input."""
+    rows = []
+    for prompt, new in shapes:
+        for n in users:
+            rows.append({**template, "run_id": f"serve-{prompt}-{n}", "concurrency": n, "prompt_len": prompt,
+                         "new_tokens": new, "input_shape": f"prompt {prompt} + {new} new tokens",
+                         "device_type": "cpu", "device_name": "Some CPU", "gpu_name": None, "gpu_uuid": None,
+                         "output_tokens_per_s": 10.0 * n * 16 / prompt, "throughput": 10.0 * n * 16 / prompt})
+    return rows
+
+
+SERVE_TEMPLATE = next(r for r in results.iter_rows(ROOT / "gpu" / "runs" / "h200-2026-11-27") if r["mode"] == "serve")
+
+
+def test_each_serving_load_and_request_shape_is_a_configuration_of_its_own(tmp_path):
+    """Issue 60: a CPU ladder of 1, 2, 4 and 8 users became one row with 4 repeats, and the serving
+    charts joined two request shapes (prompt 16+8 and 64+32) into one line; a serve row showed a batch."""
+    results.write_run(tmp_path, "ladder", [{**r, "price_per_hour": 1.0, "currency": "USD",
+                                            "cost_per_million": 1e6 / (r["throughput"] * 3600)}
+                                           for r in _served(SERVE_TEMPLATE, [(16, 8), (64, 32)], [1, 2, 4, 8])])
+    res = summary.load_results([tmp_path])
+    headline = summary.headline_table(res)
+    assert len(headline) == 8 and set(headline["repeats"]) == {1}
+    assert set(headline["load"]) == {"1 user", "2 users", "4 users", "8 users"} and headline["batch_size"].isna().all()
+    assert len(set(res.ok["config"])) == 8 and not any("bs16" in c for c in res.ok["config"])
+    from bench_core.summary.serving import curve_labels, serving_points
+    points = serving_points(res)
+    curves = curve_labels(points)
+    assert len(points) == 8 and len(set(curves)) == 2
+    assert {c.split(", ", 1)[1] for c in curves} == {"prompt 16 + 8 new tokens", "prompt 64 + 32 new tokens"}
+    points = summary.cost_points(res)  # each load a point of the cost frontier, named by its load
+    assert len(points) == 8 and set(summary.picks_table(points)["pick"].str.split(", ").str[-1]) == {"8 users"}
+    lines = pd.read_csv(tmp_path / "summary.csv")
+    assert len(lines) == 8 and lines["batch_size"].isna().all() and set(lines["load"]) == set(headline["load"])
+
+
+def test_a_table_shows_every_field_its_rows_differ_in(dirs, tmp_path):
+    """Issue 60: llama-1b training showed twice (35,000 and 35,200 tokens/s), plain and FSDP2, with no
+    column saying so. Rows that differ in a field the table leaves out get it as a column and in labels."""
+    from bench_core.summary.html import label_columns, with_varying
+    rows = [r for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)
+            if r["mode"] == "train" and r["precision"] == "fp32" and r["batch_size"] == 2]
+    results.write_run(tmp_path, "plain", rows)
+    results.write_run(tmp_path, "checkpointed", [{**r, "run_id": "ac", "activation_checkpointing": "full"} for r in rows])
+    table = summary.headline_table(summary.load_results([tmp_path]))
+    assert len(table) == 2
+    assert "activation_checkpointing" in with_varying(table, {"model": "model", "precision": "precision"})
+    assert sorted(label_columns(table)) == ["resnet18", "resnet18 activation_checkpointing=full"]
+    assert sorted(summary.load_results([tmp_path]).ok["config"].unique()) == [
+        "resnet18 train fp32 bs2 3x32x32", "resnet18 train fp32 bs2 3x32x32 activation_checkpointing=full"]
+
+
+def test_precisions_run_at_their_own_best_batches_are_compared_each_at_its_best(dirs, tmp_path):
+    """Issue 60: fp32 and tf32 ran at batch 640, AMP at 1280 (each the most it fits, lambdal's way), so
+    the AMP section compared only tf32 with fp32. Each precision is also compared at its own best batch
+    and layout, with an interval where both sides have two repeats, and says so."""
+    train = [r for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)
+             if r["mode"] == "train"]
+    bigger = [{**r, "batch_size": 8, "run_id": "amp-at-8"} for r in train if r["precision"] == "amp-bf16"]
+    results.write_run(tmp_path, "fp32", [r for r in train if r["precision"] == "fp32"])
+    results.write_run(tmp_path, "amp", bigger)
+    table = summary.amp_speedup_table(summary.load_results([tmp_path]))
+    fp32_best = max((2, 4), key=lambda b: statistics.median(r["throughput"] for r in train
+                                                           if r["precision"] == "fp32" and r["batch_size"] == b))
+    (row,) = table.to_dict("records")
+    assert (row["precision"], row["batch_size"]) == ("amp-bf16", 8)
+    assert row["batches"] == f"each at its best: batch 8, NCHW and fp32's batch {fp32_best}, NCHW"
+    assert re.fullmatch(r"\d+\.\d\dx " + INTERVAL + OUTPUTS_WITHIN, row["text"]), row["text"]
+    assert (row["baseline_repeats"], row["repeats_text"]) == ("2", "2")
+
+
 def test_knee_is_the_smallest_batch_reaching_90_percent_of_the_best():
     import pandas as pd
     curve = pd.DataFrame({"machine": "m", "model": "r", "mode": "train", "precision": "fp32", "input_shape": "3x8x8",
@@ -457,7 +650,9 @@ def test_published_figures_carry_their_source_and_match_the_same_gpu_and_workloa
     assert set(matched["source"]) == {"lambdal", "DLPerf"}
     assert (matched["gpu"].str.contains("V100")).all()
     # Their figures are single numbers: a plain ratio, saying it has no interval.
-    assert matched["comparison"].str.fullmatch(r"ratio \d+\.\d\d \(published figure has no spread: no interval\)").all()
+    # Defined otherwise than ours (their batch is not our 2), which the ratio's cell says.
+    assert matched["comparison"].str.fullmatch(r"ratio \d+\.\d\d \(published figure has no spread: no interval\); "
+                                               r"defined differently: .*their batch (is not stated|\S+, ours 2).*").all()
     assert matched["ours_vs_published"].tolist() == pytest.approx((matched["ours"] / matched["published"]).tolist())
 
     # The 3D UNet figures are mean ± std: our repeats against them get an interval.
@@ -466,7 +661,8 @@ def test_published_figures_carry_their_source_and_match_the_same_gpu_and_workloa
             zip(results.read_run(dirs["gpu"] / "runs" / "gpu-runs")[:3], (19.0, 19.5, 19.3))]
     results.write_run(dirs["root"] / "a100", "unet", unet)
     matched = summary.reference_matches(summary.load_results([dirs["root"] / "a100"]))
-    assert set(matched["source"]) == {"3D UNet"} and matched["comparison"].str.fullmatch(r"\d+\.\d\dx " + INTERVAL).all()
+    assert set(matched["source"]) == {"3D UNet"}
+    assert matched["comparison"].str.fullmatch(r"\d+\.\d\dx " + INTERVAL + r"(; defined differently: .+)?").all()
     near = matched[matched["published"] == 19.28].iloc[0]  # 19.28 ± 0.35 MVox/s: no clear difference
     assert near["verdict"] == "no clear difference" and near["low"] < 1 < near["high"]
     assert (matched[matched["published"] == 32.07]["verdict"] == "slower").all()
@@ -732,3 +928,60 @@ def test_sections_with_nothing_to_show_become_one_list_and_the_contents_lists_wh
     listed = notebook.cells[3].source
     assert "- **Scaling**: No scaling data: a sweep over devices (params/scaling.yaml) fills this section." in listed
     assert gather(notebook) == []  # what is left has something to show in every section
+
+
+# -- this kind of machine or that (issue 61 item 3) ----------------------------------------------------
+
+def test_two_kinds_are_compared_with_an_interval_hosts_cost_and_how_far_machines_of_a_kind_differ(dirs, tmp_path):
+    """CPU rows and the same rows as two machines of another kind (V100s, twice as fast): each workload's
+    ratio of the kinds with its interval and how it was made, a host-bound row named as comparing hosts,
+    the cost per million images on each (the CPU's price from its rows, the V100's from a default table),
+    and the two V100 machines pooled and their spread shown."""
+    cpu = [{**r, "price_per_hour": 0.5, "currency": "USD"}
+           for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)]
+    results.write_run(tmp_path / "cpu", "cpu", cpu)
+    gpu = [r for run in sorted((dirs["gpu"] / "runs").iterdir()) for r in results.read_run(run) if r["world_size"] == 1]
+    results.write_run(tmp_path / "v100-a", "a", [{**r, "noise_flags": "host-bound(gpu busy 40%)"} if i == 0 else r
+                                                 for i, r in enumerate(gpu)])
+    results.write_run(tmp_path / "v100-b", "b", [{**r, "host": "gpu-node-2", "run_id": "gpu-runs-b"} for r in gpu])
+    res = summary.load_results([tmp_path / "cpu", tmp_path / "v100-a", tmp_path / "v100-b"])
+    cpu_kind, v100 = res.ok["kind"].iloc[0], "Tesla V100-SXM2-16GB"
+    spread = summary.instance_spread(res)
+    assert set(spread["kind"]) == {v100} and len(spread) == 5 and (spread["spread"].round(6) == 1).all()
+    assert spread["medians"].str.contains("gpu-node-1: ").all() and spread["medians"].str.contains("gpu-node-2: ").all()
+    prices = summary.kind_prices(res, ["V100-SXM2-16GB=2.0:USD"])  # as `bench report --price` takes it
+    assert prices[cpu_kind]["source"] == "price_per_hour in its rows"
+    assert prices[v100]["price_per_hour"] == 2.0 and prices[v100]["currency"] == "USD"
+    table = summary.kind_comparison(res, prices=prices)
+    assert len(table) == 5 and set(table["kind"]) == {v100} and set(table["baseline_kind"]) == {cpu_kind}
+    assert table["ratio"].round(6).eq(2).all() and table["text"].str.fullmatch(r"2\.00x " + INTERVAL).all()
+    assert set(table["how"]) == {"repeats as samples, and a stated run-to-run shift of 10% a run, which a side with "
+                                 "one run cannot measure"}
+    assert set(table["instances"]) == {"1 and 2"}
+    hosts = table[table["hosts"] != ""]
+    assert len(hosts) == 1 and hosts["hosts"].item().startswith(f"compares hosts: host-bound rows on {v100}")
+    for row in table.to_dict("records"):
+        assert row["base_cost"] == pytest.approx(0.5 / (row["baseline_median"] * 3600) * 1e6)
+        assert row["other_cost"] == pytest.approx(2.0 / (row["median"] * 3600) * 1e6)
+
+
+def test_an_h100_folder_drops_in_beside_the_kept_h200_runs(tmp_path):
+    """No H100 has run yet: the second H200 run's rows as an H100's (80 % of the speed, its own GPU) stand
+    in for one. The kinds are compared on what both ran, the H200's machines pooled, lambdal's H100 and
+    H200 figures beside ours."""
+    h100 = [{**r, "device_name": "NVIDIA H100 80GB HBM3", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "h100-0000",
+             "host": "h100-vm", "throughput": r["throughput"] * 0.8 if r["throughput"] else None,
+             "samples_per_s": r["samples_per_s"] * 0.8 if r["samples_per_s"] else None}
+            for r in results.iter_rows(KEPT[1])]
+    results.write_run(tmp_path / "h100-2026-12-01", "h100", h100)
+    res = summary.load_results([*KEPT, tmp_path / "h100-2026-12-01"])
+    table = summary.kind_comparison(res)
+    assert set(table["baseline_kind"]) == {"NVIDIA H200"} and set(table["kind"]) == {"NVIDIA H100 80GB HBM3"}
+    resnet50 = table[(table["model"] == "resnet50") & table["channels_last"]].set_index("precision")
+    bf16 = resnet50.loc["amp-bf16"]  # (amp-fp16's repeats were flagged: power-capped, no ratio judged)
+    assert bf16["instances"] == "2 and 1"
+    assert bf16["ratio"] == pytest.approx(0.8 * 5073.626244 / (5070.004017 * 5073.626244) ** 0.5)
+    assert resnet50.loc["amp-fp16", "published"] == ("lambdal (lambdal resnet50 newer run): 2,790 / 3,079 = 0.91x "
+                                                      "(defined differently: their batch is not stated)")
+    at_64 = table[(table["model"] == "resnet18") & (table["batch_size"] == 64) & (table["compile"] == "off")].iloc[0]
+    assert at_64["instances"] == "2 and 1"  # the two H200s that ran it (17,373 and 22,148) pooled

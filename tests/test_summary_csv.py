@@ -7,10 +7,10 @@ from conftest import bench_here, tiny
 from test_cli import TINY_FLAGS
 
 from bench_core import results
-from bench_core.cli.report import refresh_from_runs
 from bench_core.launch.batch_search import run_at_max_batch
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.results import make_row, summary_lines
+from bench_core.summary.load import load_results
 
 RESNET18_PARAMS = sum(p.numel() for p in torchvision.models.resnet18(weights=None).parameters())
 
@@ -88,11 +88,10 @@ def test_summary_has_one_line_per_configuration_with_the_medians_of_results_csv(
     assert (ok["repeats_ok"], ok["repeats_total"], ok["runs"]) == (5, 5, 2)
     assert ok["samples_per_s_median"] == digits6(mine["samples_per_s"].median())
 
-    # `bench report` refreshes results.csv from the run files, and summary.csv with it.
-    (out / "summary.csv").unlink()
-    (out / "machines.csv").write_text("stale\n")
-    refresh_from_runs(out)
-    assert len(read(out, "summary.csv")) == 3 and len(read(out, "machines.csv")) == 1
+    # What the report reads is the run files; reading writes nothing into the folder.
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert len(load_results([out]).rows) == len(rows)
+    assert before == {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
 
 
 def test_batch_size_max_rows_carry_params_count():
@@ -125,3 +124,20 @@ def test_a_partly_failed_gpu_configuration(tmp_path):
     assert (line["peak_mem_bytes"], line["peak_mem_source"]) == (2**33 + 4096, "allocated")
     assert line["energy_j_per_sample"] == pytest.approx(0.95)
     assert line["machine"] == "NVIDIA A100-SXM4-80GB · gpu-node-1"
+
+
+def test_summary_csv_names_each_gpu_machine_and_each_serving_load():
+    """Issue 60: summary.csv of the kept H200 runs called every GPU 'NVIDIA H200 · vm' and merged two
+    serving loads into one line. A machine line per GPU instance, a summary line per load (no batch)."""
+    from pathlib import Path
+
+    from bench_core.results.config_summary import machine_lines
+    first_light = Path(__file__).resolve().parents[1] / "gpu" / "runs" / "h200-2026-11-27"
+    rows = list(results.iter_rows(first_light))
+    assert sorted(m["machine"] for m in machine_lines(rows)) == ["NVIDIA H200 · vm · GPU-5faf33eb",
+                                                                  "NVIDIA H200 · vm · GPU-c2df5475"]
+    served = [line for line in summary_lines(rows) if line["mode"] == "serve"]
+    assert [(s["load"], s["batch_size"], s["repeats_ok"]) for s in served] == [("1 user", None, 1), ("8 users", None, 1)]
+    assert {s["machine"] for s in served} == {"NVIDIA H200 · vm · GPU-c2df5475"}
+    committed = read(first_light, "summary.csv")  # as gpu/keep_run.py rebuilt it
+    assert list(committed.loc[committed["mode"] == "serve", "load"]) == ["1 user", "8 users"]

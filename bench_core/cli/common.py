@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench_core.config.schema import MODES, BenchConfig
-from bench_core.config.serve import load_text
+from bench_core.results.keys import load_text
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.errors import EXIT_BAD_INPUT, ConfigError

@@ -46,8 +46,10 @@ def main(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError("--out", f"must be an .html file, got {str(out)!r}")
     check_writable(out.parent)
-    for d in dirs:
-        refresh_from_runs(d)
+    for d in dirs:  # a report reads its inputs and writes nothing into them (load_results)
+        for path in results.damaged_runs(d):
+            print(f"bench report: warning: {path} is damaged (not readable as rows); that run is left out, "
+                  "the other runs are in the report", file=sys.stderr)
     loaded = load_results(dirs)
     if loaded.rows.empty:  # a report of nothing would say "report written" of an empty page
         raise ConfigError("result_dirs", f"no result rows to report ({' '.join(loaded.notes)}); allowed: "
@@ -68,28 +70,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"bench report: note: {note} (the report marks them)", file=sys.stderr)
     print(path)
     return 0
-
-
-def refresh_from_runs(result_dir: Path) -> None:
-    """The run files are the record: results.csv is rebuilt from them (a damaged or stale
-    results.csv is not believed over intact runs), and a damaged run file is named."""
-    if not any(result_dir.glob("runs/*/rows.json")):
-        return  # written before run files existed, or by hand: results.csv is all there is
-    for path in results.damaged_runs(result_dir):
-        print(f"bench report: warning: {path} is damaged (not readable as rows); that run is left out, "
-              "the other runs are in the report", file=sys.stderr)
-    csv_path = result_dir / "results.csv"
-    try:
-        with results.locked(result_dir):
-            existed = csv_path.is_file()
-            rebuilt = results.rebuild_csv(result_dir, only_if_stale=True)  # current: nothing written
-        if existed and rebuilt:
-            rows = sum(1 for _ in results.iter_rows(result_dir))
-            print(f"bench report: note: {csv_path} did not match its run files (damaged or stale); "
-                  f"rebuilt from them: {rows} rows", file=sys.stderr)
-    except OSError as exc:
-        print(f"bench report: warning: {result_dir / 'results.csv'} not refreshed from the run files "
-              f"({exc.strerror or exc}); it is used as it is", file=sys.stderr)
 
 
 def check_baseline(baseline: str, machines: list[str]) -> None:

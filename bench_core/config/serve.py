@@ -21,20 +21,6 @@ ENDPOINTS = ("completions", "chat")
 MAX_CONCURRENCY, MAX_REQUEST_RATE = 100_000, 1_000_000.0
 
 
-def load_text(values: dict) -> str:
-    """A serving point's load as plans, tables and labels name it (it has no batch): 'concurrency 8', 'rate 4
-    req/s', or both (a rate with a cap on requests in flight); '' where neither is set (not a serving point)."""
-    def given(name: str) -> float:
-        value = values.get(name)
-        try:
-            return float(value) if value not in (None, "") and float(value) == float(value) else 0.0
-        except (TypeError, ValueError):
-            return 0.0
-    parts = [f"concurrency {given('concurrency'):.0f}" if given("concurrency") else "",
-             f"rate {given('request_rate'):g} req/s" if given("request_rate") else ""]
-    return ", ".join(p for p in parts if p)
-
-
 def validate_serving(cfg) -> None:
     """Refuse serve fields outside mode serve; in it, fill the defaults and check each value.
     (The engine's name is checked against its presets by bench_core.serving when it runs.)"""

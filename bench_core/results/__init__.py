@@ -1,4 +1,5 @@
-"""Result rows: the column schema and how a row is made (rows.py), and the store of an output folder (store.py).
+"""Result rows: the column schema and how a row is made (rows.py), what makes rows one configuration
+(keys.py), and the store of an output folder (store.py).
 Beside results.csv, one line per configuration in summary.csv and one per machine in machines.csv (config_summary.py).
 
 This face re-exports what callers use; inside bench_core, import from the module itself.
@@ -14,22 +15,28 @@ from bench_core.results.config_summary import (  # noqa: F401 - re-exported
     SUMMARY_COLUMNS,
     summary_lines,
 )
+from bench_core.results.keys import (  # noqa: F401 - re-exported
+    WORKLOAD,
+    load_text,
+    machine_kind,
+    machine_label,
+)
 from bench_core.results.rows import (  # noqa: F401 - re-exported
     SCHEMA_VERSION,
     STATUSES,
-    WORKLOAD,
     columns,
     error_message,
     first_line,
-    machine_label,
     make_row,
     schema,
 )
 from bench_core.results.store import (  # noqa: F401 - re-exported
+    csv_text,
     damaged_runs,
     dumps_rows,
     iter_rows,
     read_run,
     rebuild_csv,
+    record_rows,
     write_run,
 )

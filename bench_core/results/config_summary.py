@@ -16,7 +16,8 @@ import statistics
 from pathlib import Path
 
 from bench_core.results.disturbed import disturbed_rows
-from bench_core.results.rows import WORKLOAD, environment_columns, machine_label, schema
+from bench_core.results.keys import WORKLOAD, load_text, machine_label
+from bench_core.results.rows import environment_columns, schema
 
 SUMMARY_FILE, MACHINES_FILE = "summary.csv", "machines.csv"
 DIGITS = 6  # significant digits of a number in summary.csv
@@ -26,8 +27,12 @@ _MEANING = dict(schema())
 
 # (column, description), in file order. Numbers are over the ok repeats; empty when none ran.
 SUMMARY_COLUMNS = [
-    ("machine", "the machine, '<device> · <host>' (as the report names it): its line in machines.csv"),
+    ("machine", "the machine, '<device> · <host>', and on a GPU '· GPU-<first 8 of its UUID>': one GPU instance "
+                "(as the report names it; two GPUs of one kind behind one host name are two machines): its line in "
+                "machines.csv"),
     *[(name, _MEANING[name].removeprefix("config: ")) for name in WORKLOAD],
+    ("load", "mode serve: the point's load in words (users, requests/s, a trace, turns), from the columns before; "
+             "a serving point has a load where other modes have a batch size (its batch_size is left empty)"),
     ("precision_support", "native | emulated: whether the device runs the precision in hardware"),
     ("threads", "torch intra-op threads the repeats ran with"),
     ("status", "ok: every repeat ok; partial: some repeats failed; else the latest failure's status "
@@ -100,12 +105,15 @@ def _summary_line(group: list[dict]) -> dict:
     ok, failed = [], []
     for row in group:
         (ok if row.get("status") == "ok" and _measured(row) else failed).append(row)
-    line = {"machine": machine_label(first), **{name: first.get(name) for name in WORKLOAD},
+    load = load_text(first)
+    line = {"machine": machine_label(first), **{name: first.get(name) for name in WORKLOAD}, "load": load or None,
             "precision_support": _joined(group, "precision_support"), "threads": _joined(ok or group, "threads"),
             "status": "ok" if not failed else ("partial" if ok else _failure_status(failed[-1])),
             "repeats_ok": len(ok), "repeats_total": len(group), "runs": len({row.get("run_id") for row in group}),
             "message": _failure_message(failed[-1]) if failed else None,
             "params_count": next((row["params_count"] for row in group if _number(row.get("params_count"))), None)}
+    if load:
+        line["batch_size"] = None  # a serving point's batch_size is the config's default, never used
     line["repeats_disturbed"], line["disturbed_by"] = disturbed_rows(ok)
     speeds = _numbers(ok, "samples_per_s")
     if not speeds:

@@ -12,6 +12,7 @@ import uuid
 
 from bench_core.config.schema import BenchConfig
 from bench_core.errors import error_message  # noqa: F401 - re-exported: rows and notes say exceptions so
+from bench_core.results.keys import WORKLOAD, machine_label  # noqa: F401 - re-exported (their home is keys.py)
 
 # 2: max_batch_size, batch_margin (batch_size may be 'max'); batch_search lists every probe
 # 3: precision_support (native | emulated) and its reason, the CPU's dispatch facts, mfu_rejected,
@@ -353,26 +354,6 @@ _ENVIRONMENT = [
     ("slurm_exclusive", "true: the job had its nodes alone (bench slurm's default); false: it shared them "
                         "(bench slurm --share), so other jobs may have disturbed it; empty: not known"),
 ]
-
-
-# What identifies a workload: the same workload on two machines is comparable. A configuration
-# is a workload on one machine (machine_label): the report's tables and summary.csv group by both.
-WORKLOAD = ("model", "mode", "precision", "batch_size", "input_shape", "world_size", "compile", "channels_last",
-            "parallelism", "tp_degree", "activation_checkpointing")
-
-
-def machine_label(row: dict) -> str:
-    """`<device> · <host>`: the machine a row ran on, as the report and machines.csv name it."""
-    names = ("device_name", "gpu_name", "cpu_model", "device_type")
-    device = next((str(row[k]) for k in names if _present(row.get(k))), "unknown device")
-    host = str(row["host"]) if _present(row.get("host")) else "unknown host"
-    return f"{device} · {host}"
-
-
-def _present(value) -> bool:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return str(value).strip() != ""
 
 
 def environment_columns() -> list[str]:

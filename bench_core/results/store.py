@@ -10,6 +10,7 @@ Writers take a lock on DIR/.lock, so concurrent writers never interleave or lose
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -54,32 +55,32 @@ def iter_rows(out_dir: Path) -> Iterable[dict]:
         yield from read_run(rows_file.parent) or []
 
 
-def rebuild_csv(out_dir: Path, only_if_stale: bool = False) -> bool:
-    """results.csv from every runs/*/rows.json, then summary.csv and machines.csv from the same
-    rows (call under `locked`); with `only_if_stale`, nothing is written where results.csv already
-    holds those rows (a command that may yet refuse writes nothing). Whether it wrote."""
-    rows = sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
+def record_rows(out_dir: Path) -> list[dict]:
+    """Every row of every readable runs/*/rows.json (the record), in results.csv's order."""
+    return sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
+
+
+def csv_text(rows: list[dict]) -> str:
+    """results.csv's text of `rows`: the schema's columns, then any other schema version's, sorted."""
     names = columns()
     extra = sorted({k for row in rows for k in row} - set(names))  # columns of other schema versions
-    import io
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=names + extra, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    texts = {"results.csv": buffer.getvalue(), **summary_texts(rows)}
-    if only_if_stale and all(_holds(Path(out_dir) / name, text) for name, text in texts.items()):
-        return False
-    for name, text in texts.items():
+    return buffer.getvalue()
+
+
+def rebuild_csv(out_dir: Path) -> Path:
+    """results.csv from every runs/*/rows.json, then summary.csv and machines.csv from the same
+    rows (call under `locked`)."""
+    rows = record_rows(out_dir)
+    path = Path(out_dir) / "results.csv"
+    atomic_write_text(path, csv_text(rows))
+    for name, text in summary_texts(rows).items():
         atomic_write_text(Path(out_dir) / name, text)
-    return True
-
-
-def _holds(path: Path, text: str) -> bool:
-    try:
-        return path.read_bytes() == text.encode()
-    except OSError:
-        return False
+    return path
 
 
 def damaged_runs(out_dir: Path) -> list[Path]:

@@ -1,6 +1,6 @@
 """The analysis behind notebooks/summary.ipynb: load result directories (load), tables (tables),
 published figures (reference), how things are shown (html, charts, text) and the report's sections
-(front: title and overview; speed, detail). `bench report` renders it (report); `bench diff`
+(front: title and overview; speed, detail; kinds: this kind of machine or that). `bench report` renders it (report); `bench diff`
 compares two directories (diff).
 
 Notebook cells only call the `show_*` functions (and `init_tables` once). Every string from the
@@ -72,6 +72,12 @@ from bench_core.summary.html import (  # noqa: F401 - re-exported
     show_table,
     sort_table,
     table_html,
+)
+from bench_core.summary.kinds import (  # noqa: F401 - re-exported
+    instance_spread,
+    kind_comparison,
+    kind_prices,
+    show_kinds,
 )
 from bench_core.summary.load import (  # noqa: F401 - re-exported
     EMULATED,

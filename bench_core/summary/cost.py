@@ -44,7 +44,8 @@ def cost_points(res: Results) -> pd.DataFrame:
         repeats=("throughput", "count"), throughput=("throughput", "median"),
         q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
         cost_per_million=("cost_per_million", "median"), throughput_unit=("throughput_unit", "first"),
-        price_per_hour=("price_per_hour", "median"), currency=("currency", "first")).reset_index()
+        price_per_hour=("price_per_hour", "median"), currency=("currency", "first"),
+        load=("load", "first")).reset_index()
     points["pareto"] = False
     points["pick"] = False
     points["predicted"] = False
@@ -112,6 +113,8 @@ def option_text(point: pd.Series) -> str:
     parts = [str(point["machine"]), str(point["precision"])]
     if pd.notna(point.get("batch_size")):
         parts.append(f"batch {int(point['batch_size'])}")
+    if pd.notna(point.get("load")):  # a serving point: its load, not a batch
+        parts.append(str(point["load"]))
     if pd.notna(point.get("world_size")) and point["world_size"] > 1:
         parts.append(f"x{int(point['world_size'])} devices")
     if str(point.get("compile")) not in ("off", "nan", "None", ""):
@@ -239,8 +242,8 @@ def draw_predicted(ax, guess: pd.DataFrame) -> None:
 def show_cost_table(points: pd.DataFrame) -> None:
     points = points.assign(measured=["predicted" if p is True else "measured" for p in points["predicted"]])
     show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "measured": "measured or predicted",
-                        "precision": "precision",
-                        "batch_size": "batch / device", "world_size": "devices", "throughput": "throughput",
+                        "precision": "precision", "batch_size": "batch / device", "load": "load",
+                        "world_size": "devices", "throughput": "throughput",
                         "throughput_unit": "unit", "price_per_hour": with_currency("price / device-hour", points),
                         "cost_per_million": with_currency("cost / million items (of the unit)", points),
                         "pareto": "on the frontier", "pick": "pick"})

@@ -200,7 +200,14 @@ def show_efficiency(res: Results) -> None:
 def show_references(res: Results) -> None:
     matched = reference_matches(res)
     ref = load_reference()
-    if not matched.empty:
+    columns = columns_for(res, {"machine": "machine", "config": "configuration", "precision": "precision",
+                                "ours": "ours (median)", "ours_iqr": "ours (IQR)", "repeats": "repeats",
+                                "published": "published", "published_std": "± (published)", "unit": "unit",
+                                "comparison": "ours vs published [95% CI]", "source": "source",
+                                "gpu": "published GPU", "published_precision": "published precision",
+                                "published_batch_size": "published batch", "note": "note"})
+    outside = matched[~matched["own"]] if len(matched) else matched
+    if len(outside):
         paragraph("Our repeats beside each published figure for the same GPU, model, mode, precision, input size "
                   "and device count (ours vs published above 1: ours is faster). Where the published figure has a "
                   "spread (mean ± std), the ratio of our geometric mean to it has a 95 % interval: Student's t on "
@@ -208,22 +215,24 @@ def show_references(res: Results) -> None:
                   "of its mean (its number of iterations is not published, so the interval errs wide). Where it "
                   "is a single number, the ratio is our median over it, with no interval: our IQR shows our own "
                   "spread. An interval covers measurement noise only, not differences of setup (software, data, "
-                  "timing method) between theirs and ours.")
-        show_table(matched, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
-                             "input_shape": "input", "devices": "devices", "batch_size": "batch",
-                             "ours": "ours (median)", "ours_iqr": "ours (IQR)", "repeats": "repeats",
-                             "published": "published", "published_std": "± (published)",
-                             "unit": "unit", "comparison": "ours vs published [95% CI]", "source": "source",
-                             "gpu": "published GPU", "published_precision": "published precision",
-                             "published_batch_size": "published batch", "note": "note"}))
+                  "timing method) between theirs and ours; where the figure is defined otherwise than ours (a "
+                  "precision name that covers several of ours, another batch), the ratio says so beside it.")
+        show_table(outside, columns)
     else:
         devices = sorted(set(device_names(res).values())) or ["none"]
         note(f"No matching reference hardware: these results ran on {', '.join(devices)}; the published figures "
              "are for NVIDIA GPUs (a match needs the same GPU, model, mode, precision, input size and device "
              "count).")
+    own = matched[matched["own"]] if len(matched) else matched
+    if len(own):
+        paragraph("notebook-bench's own earlier runs of the same configurations on the same GPU (gpu/runs/, kept in "
+                  "its repository): ours, not outside validation. How far two runs of one kind of GPU agree; never "
+                  "a row of this report, which the Machines section compares.")
+        show_table(own, {k: v.replace("published", "kept run") for k, v in columns.items()
+                         if k not in ("published_std", "published_precision")})
     sources = ref.groupby("source", sort=False)["url_or_citation"].first()
     show_html("<p>Sources: " + "; ".join(f"<strong>{esc(s)}</strong>: {esc(u)}" for s, u in sources.items())
-              + "</p>")
+              + " (notebook-bench: our own kept runs, set apart above, never as outside validation).</p>")
     show_html(f"<details><summary>All {len(ref)} published figures (click to open)</summary>"
               + datatable_html(ref, {"source": "source", "gpu": "GPU", "gpus": "GPUs", "model": "model", "mode": "mode",
                                  "precision": "precision", "batch_size": "batch / GPU", "input_shape": "input",

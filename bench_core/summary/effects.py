@@ -22,10 +22,10 @@ COMPARED = ["baseline_median", "median", "ratio", "low", "high", "verdict", "rea
 # Settings that change the numerics: their variants carry an output check against fp32 eager NCHW
 # (results.fidelity), shown beside the speed-up; a variant outside its tolerance gets no speed verdict.
 NUMERICS = ("precision", "compile", "channels_last")
-# Columns whose values are measured in separate processes: two machines, or a run on N devices
+# Columns whose values are measured in separate processes: two machines (or kinds), or a run on N devices
 # (torchrun workers) against one. The precisions, compile modes and layouts of one model share a
 # sweep's execution (one process), so a run's shift is common to both sides and cancels.
-SEPARATE_PROCESSES = ("machine", "world_size")
+SEPARATE_PROCESSES = ("machine", "kind", "world_size")
 # float8 is set against the precision it runs everything else in, under the same compile setting: compile is
 # part of the workload compare_variants keeps equal, so a compiled fp8 row is never judged against eager bf16.
 FLOAT8 = tuple(name for name, p in PRECISIONS.items() if p.float8_recipe)

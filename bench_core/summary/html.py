@@ -16,7 +16,15 @@ import pandas as pd
 from itables import init_notebook_mode, to_html_datatable
 
 from bench_core.results.rows import error_message
-from bench_core.summary.load import PRECISION_ORDER, Results
+from bench_core.summary.load import (
+    LABELLED_WHEN_SET,
+    PRECISION_ORDER,
+    REQUEST_SHAPE,
+    SERVING_LOAD,
+    WORKLOAD,
+    Results,
+    is_default,
+)
 from bench_core.summary.text import applies, int_text, is_present, num_text
 
 DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
@@ -28,6 +36,17 @@ DEFAULT_TITLE = "Benchmark report"
 # seaborn imports these as it is imported (for its KDE and its clustermap), about 0.7 s of every report's
 # CPU, for plots the report never draws: see seaborn().
 SEABORN_UNUSED_SCIPY = ("scipy.stats", "scipy.cluster")
+# The configuration fields a table or label shows (summary.load.WORKLOAD): a serving point's load in words
+# stands for its fields, and input_shape for the prompt and output lengths.
+SHOWN_FIELDS = ("model", "mode", "precision", "batch_size", "load", "input_shape",
+                *[f for f in WORKLOAD if f not in SERVING_LOAD and f not in ("model", "mode", "precision", "batch_size",
+                                                                             "input_shape", "prompt_len", "new_tokens")])
+# Fields that are empty where they do not apply (a request's shape outside mode serve): no '?' for them.
+NOT_APPLICABLE_WHEN_EMPTY = ("load", *REQUEST_SHAPE)
+FIELD_HEADERS = {"batch_size": "batch", "input_shape": "input", "world_size": "devices", "compile": "compile",
+                 "channels_last": "channels_last", "tp_degree": "tensor-parallel degree",
+                 "activation_checkpointing": "activation checkpointing", "shared_prefix_len": "shared prefix tokens",
+                 "length_dist": "lengths", "load": "load"}
 TABLE_PAGE_ROWS = 25         # a longer table gets pages, a search box and a page-length menu
 # Text reads from the left, numbers line up on the right (JupyterLab's style puts every cell right).
 TABLE_CSS = (".dt-container table.dataTable th, .dt-container table.dataTable td {text-align: left} "
@@ -277,13 +296,15 @@ def plot_style():
 
 
 def chart_rows(ok: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """One batch size per (machine, model, mode, precision, input) on the fewest devices: the largest that ran."""
+    """One batch size per configuration but for its batch (machine, model, mode, precision, input, ...) on the
+    fewest devices: the largest that ran."""
     if ok.empty:
         return ok, ""
     single = ok[ok["world_size"] == ok.groupby("machine")["world_size"].transform("min")]
-    keys = ["machine", "model", "mode", "precision", "input_shape", "compile", "channels_last"]
+    keys = ["machine", *[f for f in SHOWN_FIELDS if f in single and f not in ("batch_size", "world_size")]]
     largest = single.groupby(keys, dropna=False)["batch_size"].transform("max")
-    data = single[single["batch_size"] == largest]
+    # (a serving point has no batch: each load is its own figure)
+    data = single[(single["batch_size"] == largest) | (single["batch_size"].isna() & largest.isna())]
     caveat = ""
     if len(data) < len(ok):
         caveat = ("This chart shows, for each model, mode and precision, the largest batch size that ran on the "
@@ -292,17 +313,37 @@ def chart_rows(ok: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def label_columns(table: pd.DataFrame, always: tuple[str, ...] = (), never: tuple[str, ...] = ()) -> list[str]:
-    """Short labels: the model, the `always` columns, plus whatever else varies in this table."""
-    optional = ["input_shape", "batch_size", "world_size", "compile", "channels_last"]
-    varying = [c for c in optional if c in table and c not in never and table[c].nunique(dropna=False) > 1]
-    fmt = {"precision": str, "mode": str, "input_shape": str, "batch_size": lambda v: f"bs{int_text(v)}",
+    """Short labels: the model, the `always` columns, plus every other configuration field that varies in
+    this table (SHOWN_FIELDS but mode and precision, which a label names only in `always`: rows that differ
+    only in a field the label leaves out would look alike)."""
+    varying = [c for c in SHOWN_FIELDS if c in table and c not in (*never, *always, "model", "mode", "precision")
+               and table[c].nunique(dropna=False) > 1]  # (mode and precision: a chart's panels and colours)
+    # A row names only the fields its family has: a text model's label does not end in "nchw".
+    return [" ".join([str(row.get("model") or "?")] + [part for c in (*always, *varying)
+                                                       if applies(row, c) and (part := field_text(c, row.get(c), row))])
+            for row in table.to_dict("records")]
+
+
+def field_text(name: str, value, row: dict) -> str:
+    """One field in a label: 'bs64', 'x2', 'compile=default', 'nchw', '8 users', 'parallelism=fsdp'; '' for a
+    field that does not apply to the row (a serving point's batch, another mode's request shape)."""
+    if not is_present(value):
+        return "" if name in NOT_APPLICABLE_WHEN_EMPTY or (name == "batch_size" and is_present(row.get("load"))) \
+            else "?"
+    if name in LABELLED_WHEN_SET and is_default(name, value):
+        return ""  # (as the configuration's own label: parallelism=fsdp beside a plain run, not =ddp on every one)
+    fmt = {"precision": str, "mode": str, "input_shape": str, "load": str, "batch_size": lambda v: f"bs{int_text(v)}",
            "world_size": lambda v: f"x{int_text(v)}", "compile": lambda v: f"compile={v}",
            "channels_last": lambda v: "channels_last" if v else "nchw"}
-    # A row names only the fields its family has: a text model's label does not end in "nchw".
-    return [" ".join([str(row.get("model") or "?")]
-                     + [fmt[c](row.get(c)) if is_present(row.get(c)) else "?" for c in (*always, *varying)
-                        if applies(row, c)])
-            for row in table.to_dict("records")]
+    return fmt[name](value) if name in fmt else f"{name}={num_text(value) if isinstance(value, float) else value}"
+
+
+def with_varying(table: pd.DataFrame, columns: dict[str, str]) -> dict[str, str]:
+    """`columns` and, after them, every configuration field (SHOWN_FIELDS) that varies in `table` and is not
+    among them yet: a table shows every field in which its rows differ."""
+    extra = {c: FIELD_HEADERS.get(c, c.replace("_", " ")) for c in SHOWN_FIELDS
+             if c in table and c not in columns and table[c].nunique(dropna=False) > 1}
+    return {**columns, **extra}
 
 
 def columns_for(res: Results, columns: dict[str, str]) -> dict[str, str]:
@@ -339,9 +380,12 @@ def sort_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def drop_constant(table: pd.DataFrame, columns: dict[str, str], keep: tuple[str, ...]) -> pd.DataFrame:
-    """Hide columns that say the same thing on every row (machine when there is one, compile when off)."""
+    """Hide columns that say the same thing on every row (machine when there is one, compile when off, any
+    configuration field that does not vary), and columns with nothing in them (a serving table's batch)."""
+    constant_ok = ("machine", *SHOWN_FIELDS, "mpx_per_s", "mvox_per_s")
     drop = [c for c in columns if c in table and c not in keep and table[c].nunique(dropna=False) <= 1
-            and c in ("machine", "world_size", "compile", "channels_last", "input_shape", "mpx_per_s", "mvox_per_s")]
+            and c in constant_ok]
+    drop += [c for c in columns if c in table and c not in ("model", "mode", "precision") and table[c].isna().all()]
     drop += [c for c in ("mpx_per_s", "mvox_per_s", "images_per_s", "peak_memory_mib", "samples_per_s", "sample_unit")
              if c in table and table[c].isna().all()]
     return table.drop(columns=list(dict.fromkeys(drop)))

@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -9,13 +10,18 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
-from bench_core.config.serve import load_text
 from bench_core.measure.noise import current_flags
-from bench_core.results.rows import (  # noqa: F401 - WORKLOAD and machine_label re-exported
+from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label re-exported
+    REQUEST_SHAPE,
+    SERVING_LOAD,
     WORKLOAD,
-    error_message,
+    is_default,
+    load_text,
+    machine_kind,
     machine_label,
+    set_fields,
 )
+from bench_core.results.rows import error_message
 from bench_core.summary.text import int_text, is_present, short_list
 
 PRECISION_ORDER = ["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
@@ -81,7 +87,7 @@ def load_results(result_dirs) -> Results:
     frames, notes = [], []
     expected = results.columns()
     for d, name in zip(dirs, names):
-        frame = _read_csv(d / "results.csv", name, notes)
+        frame = read_record(d, name, notes)
         if frame is None:
             continue
         if frame.empty:
@@ -158,6 +164,43 @@ def mark_impossible(rows: pd.DataFrame) -> int:
     return int(invalid.sum())
 
 
+def read_record(result_dir: Path, name: str, notes: list[str]) -> pd.DataFrame | None:
+    """A directory's rows as text: from its run files (runs/*/rows.json, the record) where it has any,
+    else from results.csv. Nothing is written: a results.csv that holds other rows than its run files
+    (a sweep stopped between the two writes, an edit) is named in a note and left as it is; one
+    written under another schema version is read as it is (load_results says which columns it lacks)."""
+    if not any(result_dir.glob("runs/*/rows.json")):
+        return _read_csv(result_dir / "results.csv", name, notes)
+    rows = results.record_rows(result_dir)
+    damaged = len(results.damaged_runs(result_dir))
+    if damaged:
+        notes.append(f"{name}: {damaged} run file(s) could not be read as rows (cut off or edited): those runs are "
+                     "left out, the others are here.")
+    listed = _row_ids(result_dir / "results.csv")
+    recorded = {(str(r.get("run_id")), str(r.get("repeat"))) for r in rows}
+    if listed is not None and listed != recorded:
+        notes.append(f"{name}: results.csv lists {len(listed - recorded)} row(s) its run files do not hold and lacks "
+                     f"{len(recorded - listed)} they do: this report reads the run files (the record); results.csv "
+                     "is left as it is (the next run into the folder rewrites it).")
+    if not rows:
+        return None
+    return pd.read_csv(io.StringIO(results.csv_text(rows)), dtype=str, keep_default_na=False, na_values=[""])
+
+
+def _row_ids(path: Path) -> set[tuple[str, str]] | None:
+    """(run_id, repeat) of each line of a results.csv; None when there is none to compare."""
+    if not path.is_file():
+        return None
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=lambda c: c in ("run_id", "repeat"),
+                            engine="python", on_bad_lines="skip")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError):
+        return set()
+    if "run_id" not in frame:
+        return set()
+    return set(zip(frame["run_id"], frame.get("repeat", pd.Series("", index=frame.index))))
+
+
 def _read_csv(path: Path, name: str, notes: list[str]) -> pd.DataFrame | None:
     if not path.is_file():
         notes.append(f"{name}: no results.csv (nothing has finished there yet).")
@@ -204,7 +247,12 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     fill_units(rows)
     # Flags under today's rules: an older row's power cap and host-bound step said as a new row says them.
     rows["noise_flags"] = [current_flags(r) for r in rows.to_dict("records")]
-    rows["machine"] = [machine_label(r) for r in rows.to_dict("records")]
+    records = rows.to_dict("records")
+    rows["machine"] = [machine_label(r) for r in records]
+    rows["kind"] = [machine_kind(r) for r in records]
+    # A serving point has a load where other modes have a batch; its batch_size is a default it never used.
+    rows["load"] = [load_text(r) or None for r in records]
+    rows["batch_size"] = rows["batch_size"].where(rows["load"].isna())
     rows["config"] = [config_label(r) for r in rows.to_dict("records")]
     return rows
 
@@ -225,10 +273,17 @@ def unit_items(unit: str) -> str:
     return str(unit).removesuffix("/s")
 
 
+# Fields a configuration's label names where they are set to other than their default (keys.DEFAULTS).
+LABELLED_WHEN_SET = ("parallelism", "tp_degree", "activation_checkpointing", "engine", "endpoint", "length_dist",
+                     "shared_prefix_len", "prompt_file", "trace_file")
+
+
 def config_label(row: dict) -> str:
+    """The configuration in words: every field of WORKLOAD that tells it from another (a serving point's
+    load in place of a batch, any other field where it is not at its default), so two configurations
+    never share a label."""
     parts = [str(row.get(k) or "?") for k in ("model", "mode", "precision")]
-    # A serving point has a load (users or a rate), not a batch: two loads are two configurations.
-    parts.append(load_text(row) or f"bs{int_text(row.get('batch_size'))}")
+    parts.append(str(row["load"]) if is_present(row.get("load")) else f"bs{int_text(row.get('batch_size'))}")
     if is_present(row.get("input_shape")):
         parts.append(str(row["input_shape"]))
     if is_present(row.get("world_size")) and row["world_size"] > 1:
@@ -237,4 +292,4 @@ def config_label(row: dict) -> str:
         parts.append(f"compile={row['compile']}")
     if row.get("channels_last") is True:
         parts.append("channels_last")
-    return " ".join(parts)
+    return " ".join(parts + set_fields(row, LABELLED_WHEN_SET))

@@ -23,7 +23,7 @@ from bench_core.results.comparison import (
     t_quantile,
     usable,
 )
-from bench_core.summary.load import WORKLOAD, Results
+from bench_core.summary.load import WORKLOAD, Results, config_label, load_text
 from bench_core.summary.text import is_number, is_present, num_text
 
 
@@ -57,8 +57,7 @@ def measured_lines(rows: list[dict], run_name: str) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("device_type") == "cuda":
-            key = (*(str(r.get(k)) for k in WORKLOAD), str(r.get("gpu_name")), str(r.get("concurrency")),
-                   str(r.get("request_rate")))
+            key = (*(str(r.get(k)) for k in WORKLOAD), str(r.get("gpu_name")))
             groups.setdefault(key, []).append(r)
     out = []
     for group in groups.values():
@@ -72,7 +71,7 @@ def measured_lines(rows: list[dict], run_name: str) -> list[dict]:
             "channels_last" if first.get("channels_last") else "",
             f"compile {first['compile']}" if first.get("compile") not in (None, "off") else "",
             first["parallelism"] if first.get("parallelism") not in (None, "ddp") else "",
-            f"{first['concurrency']} users" if first["mode"] == "serve" else "") if part)
+            load_text(first)) if part)
         out.append({
             "source": MEASURED_SOURCE, "model": first["model"], "mode": first["mode"], "precision": first["precision"],
             "match_precisions": first["precision"], "gpu": first["gpu_name"],
@@ -84,7 +83,9 @@ def measured_lines(rows: list[dict], run_name: str) -> list[dict]:
                      f"{first['timestamp'][:10]}, commit {first.get('git_commit')}, torch {first.get('torch_version')}, "
                      f"driver {first.get('driver_version')})"),
             "url_or_citation": f"gpu/runs/{run_name} in notebook-bench's repository",
-            "spec_gpu": spec.gpu if spec else "", "network_gbps": "", "run_group": f"notebook-bench {run_name}"})
+            "spec_gpu": spec.gpu if spec else "", "network_gbps": "", "run_group": f"notebook-bench {run_name}",
+            "run_ids": " ".join(sorted({str(r["run_id"]) for r in group})),
+            "config": config_label({**first, "load": load_text(first) or None})})
     return sorted(out, key=lambda line: (line["model"], line["mode"], line["precision"], str(line["batch_size"]),
                                          line["note"]))
 
@@ -99,25 +100,39 @@ def gpu_matches(device_name, gpu_match: str) -> bool:
 
 def reference_matches(res: Results) -> pd.DataFrame:
     """Our repeats beside each published figure with the same GPU, model, mode, precision, input and
-    devices: our median and IQR, the published value, and ours over published (see published_comparison)."""
+    devices: our median and IQR, the published value, and ours over published (see published_comparison).
+    notebook-bench's own kept runs (measured.csv) are matched too, `own` True, but never a line made from
+    rows of this report (a row is never compared with itself, nor with another of this report's rows: the
+    Machines section compares those). `defined_differently` says where the published figure is not
+    defined as ours (a precision name that stands for several of ours, another or an unstated batch), and
+    the comparison's text says it beside the ratio."""
     ok = res.ok
     if ok.empty:
         return pd.DataFrame()
     ref = load_reference()
-    keys = ["machine", "device_name", *WORKLOAD]
+    here = set(res.rows["run_id"].dropna().astype(str))
+    ref = ref[pd.Series([not (set(str(ids).split()) & here) if is_present(ids) else True
+                         for ids in ref.get("run_ids", pd.Series("", index=ref.index))], index=ref.index, dtype=bool)]
+    keys = ["machine", "device_name", "config", *WORKLOAD]
     out = []
     for key, group in ok.groupby(keys, dropna=False, sort=False):
         ours = dict(zip(keys, key))
         for r in ref.to_dict("records"):
+            if r["source"] == MEASURED_SOURCE and r.get("config") != ours["config"]:
+                continue  # our own kept runs: the same configuration (batch, layout, compile, load) or none
             if (r["model"] == ours["model"] and r["mode"] == ours["mode"]
                     and ours["precision"] in r["match_precisions"].split()
                     and r["input_shape"] == ours["input_shape"] and r["gpus"] == ours["world_size"]
                     and gpu_matches(ours["device_name"], r["gpu_match"])):
-                values = group[r["metric"]].dropna()
+                values = pd.to_numeric(group[r["metric"]], errors="coerce").dropna()
                 c = published_comparison(values, r["value"], r["value_std"], higher_better=r["metric"] != "s_per_iter")
                 # ours host-bound: the same GPU on another machine, so the ratio compares the hosts
                 hosts = comparison_note([("ours", group.to_dict("records"))], across_machines=True)
-                out.append({"machine": ours["machine"], "model": ours["model"], "mode": ours["mode"],
+                differs = definition_differences(r, ours)
+                if differs:
+                    c["text"] = f"{c['text']}; defined differently: {differs}"
+                out.append({"machine": ours["machine"], "config": ours["config"], "model": ours["model"],
+                            "mode": ours["mode"],
                             "precision": ours["precision"], "input_shape": ours["input_shape"],
                             "devices": ours["world_size"], "batch_size": ours["batch_size"],
                             "ours": values.median() if len(values) else math.nan,
@@ -127,10 +142,28 @@ def reference_matches(res: Results) -> pd.DataFrame:
                             "published_precision": r["precision"], "published_batch_size": r["batch_size"],
                             "published": r["value"], "published_std": r["value_std"], "unit": r["unit"],
                             "ours_vs_published": c["ratio"], "low": c["low"], "high": c["high"],
-                            "verdict": c["verdict"], "comparison": "; ".join(t for t in (c["text"], hosts) if t),
-                            "note": r["note"],
-                            "url_or_citation": r["url_or_citation"]})
+                            "verdict": c["verdict"], "comparison": "; ".join(t for t in (c["text"], hosts) if t), "note": r["note"],
+                            "url_or_citation": r["url_or_citation"], "own": r["source"] == MEASURED_SOURCE,
+                            "run_group": r.get("run_group"),
+                            "defined_differently": differs})
     return pd.DataFrame(out)
+
+
+def definition_differences(published: dict, ours: dict) -> str:
+    """How a published figure is defined otherwise than our configuration, in words ('' when alike):
+    its precision name standing for several of ours (lambdal's "FP32" is TF32 on Ampere and newer, the
+    NGC default), another batch, or a batch it does not state."""
+    parts = []
+    names = str(published["match_precisions"]).split()
+    if len(names) > 1:
+        parts.append(f"their {published['precision']} may be any of {', '.join(names)} (ours: {ours['precision']}; "
+                     "see the note)")
+    batch = published.get("batch_size")
+    if not is_number(batch):
+        parts.append("their batch is not stated")
+    elif is_number(ours.get("batch_size")) and float(batch) != float(ours["batch_size"]):
+        parts.append(f"their batch {num_text(batch)}, ours {num_text(ours['batch_size'])}")
+    return "; ".join(parts)
 
 
 def published_comparison(ours, published: float, published_std: float = math.nan, *,

@@ -58,8 +58,7 @@ def generation_table(res: Results) -> pd.DataFrame:
     memory = ok["peak_mem_allocated_bytes"].fillna(ok["peak_rss_bytes"]) / 2**20
     table = flag_disturbed(ok).assign(_memory_mib=memory, _kv_mib=ok["kv_cache_bytes"] / 2**20).groupby(
         ["machine", *WORKLOAD], dropna=False, sort=False).agg(
-        repeats=("throughput", "count"), disturbed=("_disturbed", "sum"), prompt_len=("prompt_len", "median"),
-        new_tokens=("new_tokens", "median"),
+        repeats=("throughput", "count"), disturbed=("_disturbed", "sum"),  # (prompt_len, new_tokens: in WORKLOAD)
         ttft_ms=("ttft_ms_median", "median"), ttft_ms_p95=("ttft_ms_p95", "median"),
         decode_tokens_per_s=("decode_tokens_per_s", "median"), itl_ms=("itl_ms_median", "median"),
         itl_ms_p95=("itl_ms_p95", "median"), tokens_per_s=("tokens_per_s", "median"),

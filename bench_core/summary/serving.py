@@ -26,7 +26,11 @@ FIGURES = ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_user", "tt
            "prefix_cache_hit_rate", "prompt_tokens_mean", "output_tokens_mean", "send_lag_ms_p99",
            "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p99", "error_rate",
            "request_rate_achieved", "goodput_requests_per_s", "cost_per_million", "energy_j_per_output_token")
-POINT = ("machine", "engine", "model", "input_shape", "load_kind", "load")
+# A curve: one server's points under one kind of load, with one request shape (two shapes are two curves) ...
+CURVE = ("machine", "engine", "model", "precision", "input_shape", "endpoint", "length_dist", "shared_prefix_len",
+         "prompt_file", "trace_file", "burstiness", "turns", "think_time_s", "trace_time_scale", "load_kind")
+# ... and a point, one load on it.
+POINT = (*CURVE, "load")
 # The figures whose spread across repeats the points table shows.
 WITH_INTERVAL = ("output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p99")
 
@@ -57,7 +61,7 @@ def serving_points(res: Results) -> pd.DataFrame:
     rows = rows.assign(
         load_kind=["rate" if is_present(r) else "concurrency" for r in rows["request_rate"]],
         load=[float(r) if is_present(r) else float(c) for r, c in zip(rows["request_rate"], rows["concurrency"])],
-        engine=rows["engine"].fillna("?"))
+        engine=rows["engine"].fillna("?"), **{c: None for c in CURVE if c not in rows and c != "load_kind"})
     numeric = {c: pd.to_numeric(rows[c], errors="coerce") for c in FIGURES if c in rows}
     rows = flag_disturbed(rows.assign(**numeric, slo_met=rows["slo_met"].astype(str).str.lower() == "true"))
     grouped = rows.groupby(list(POINT), sort=True, dropna=False)
@@ -77,25 +81,34 @@ def serving_points(res: Results) -> pd.DataFrame:
 
 
 def slo_answers(points: pd.DataFrame) -> pd.DataFrame:
-    """Per machine, engine, model, shape and load kind: the highest load meeting the SLO."""
+    """Per curve (machine, engine, model, request shape, load kind): the highest load meeting the SLO."""
     lines = []
-    for key, group in points.groupby(["machine", "engine", "model", "input_shape", "load_kind"], sort=True):
+    for key, group in points.groupby(list(CURVE), sort=True, dropna=False):
         records = [{**p, "request_rate": p["load"] if p["load_kind"] == "rate" else None,
                     "concurrency": int(p["load"]) if p["load_kind"] == "concurrency" else None}
                    for p in group.to_dict("records")]
         answer = highest_meeting(records)
         ttft, tpot = group["slo_ttft_ms"].iloc[0], group["slo_tpot_ms"].iloc[0]
         best = answer.best or {}
-        lines.append({"machine": key[0], "engine": key[1], "model": key[2], "input_shape": key[3],
+        lines.append({**dict(zip(CURVE, key)), "curve": group["curve"].iloc[0] if "curve" in group else "",
                       "headline": answer.headline(ttft, tpot),
                       "cost_per_million": best.get("cost_per_million"),
                       "energy_j_per_output_token": best.get("energy_j_per_output_token")})
     return pd.DataFrame(lines)
 
 
-def curve_label(row: dict, several_machines: bool) -> str:
-    where = f" · {row['machine']}" if several_machines else ""
-    return f"{row['engine']} {row['model']} ({row['load_kind']}){where}"
+def curve_labels(points: pd.DataFrame) -> list[str]:
+    """Each point's curve in words: engine, model and load kind, and whatever else tells its curve from
+    another here (precision, the request shape, the machine): two request shapes are never one line."""
+    varying = [c for c in CURVE if c not in ("engine", "model", "load_kind")
+               and (c == "input_shape" or points[c].nunique(dropna=False) > 1)]
+
+    def text(row: dict) -> str:
+        shape = [str(row[c]) if c in ("machine", "precision", "input_shape") else f"{c}={row[c]}"
+                 for c in varying if is_present(row[c]) and c != "machine"]
+        where = f" · {row['machine']}" if "machine" in varying else ""
+        return f"{row['engine']} {row['model']} ({row['load_kind']})" + "".join(f", {s}" for s in shape) + where
+    return [text(r) for r in points.to_dict("records")]
 
 
 @section
@@ -104,8 +117,7 @@ def show_serving(res: Results) -> None:
     if points.empty:
         absent("No serving rows (mode serve): params/serving.yaml, or bench run --mode serve, fills this section.")
         return
-    several = points["machine"].nunique() > 1
-    points = points.assign(curve=[curve_label(r, several) for r in points.to_dict("records")])
+    points = points.assign(curve=curve_labels(points))
     if points.groupby("curve").size().max() >= 2:
         draw_curves(points)
         show_frontier(points, res)
@@ -116,8 +128,8 @@ def show_serving(res: Results) -> None:
     paragraph("The highest measured load meeting the SLO (no failed request, p99 TTFT and p99 TPOT within the "
               "bounds; default bounds: MLPerf Inference, Llama-3.1-8B interactive, 500 ms / 30 ms). The search "
               "stops at the first load that misses: the next higher point measured does not meet it.")
-    show_table(answers, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
-                                          "input_shape": "request", "headline": "highest load meeting the SLO",
+    show_table(answers, columns_for(res, {"curve": "server, model, load and request",
+                                          "headline": "highest load meeting the SLO",
                                           "cost_per_million": with_currency("cost per million output tokens",
                                                                             points),
                                           "energy_j_per_output_token": "J per output token"}))
@@ -131,7 +143,7 @@ def show_serving(res: Results) -> None:
            for f in WITH_INTERVAL})
     ci = f"{CONFIDENCE * 100:.0f} % interval"
     show_table(points, columns_for(res, {
-        "machine": "machine", "engine": "engine", "model": "model", "input_shape": "request", "load_kind": "load",
+        "curve": "server, model, load and request", "load_kind": "load",
         "load": "rate / users", "requests_per_s": "requests/s", "request_rate_achieved": "rate achieved",
         "output_tokens_per_s": "output tokens/s", "output_tokens_per_s_ci": f"output tokens/s, {ci}",
         "tokens_per_s_per_user": "tokens/s per user", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p50_ci": f"TTFT p50, {ci}",
@@ -182,7 +194,7 @@ def frontier_points(points: pd.DataFrame) -> pd.DataFrame:
     """Per machine, engine, model and traffic: the points on the Pareto frontier of output tokens/s (one server,
     per GPU) against tokens/s per user, in increasing tokens/s per user (serving.slo.frontier)."""
     lines = []
-    for _, group in points.groupby(["machine", "engine", "model", "input_shape"], sort=True, dropna=False):
+    for _, group in points.groupby([c for c in CURVE if c != "load_kind"], sort=True, dropna=False):
         lines += frontier([p for p in group.to_dict("records") if is_present(p.get("tokens_per_s_per_user"))
                            and is_present(p.get("output_tokens_per_s"))])
     return pd.DataFrame(lines)
@@ -216,8 +228,8 @@ def show_frontier(points: pd.DataFrame, res: Results) -> None:
               "a server is fast for each user and idle in between; right along it, it serves more at a cost in each "
               f"user's speed. The cost per million output tokens is in {currency_text(front) or 'no currency'}; a server "
               "of several GPUs counts as one here (its rows do not say how many).")
-    show_table(front, columns_for(res, {"machine": "machine", "engine": "engine", "model": "model",
-                                        "input_shape": "request", "load_kind": "load", "load": "rate / users",
+    show_table(front, columns_for(res, {"curve": "server, model, load and request", "load_kind": "load",
+                                        "load": "rate / users",
                                         "tokens_per_s_per_user": "tokens/s per user",
                                         "output_tokens_per_s": "output tokens/s per GPU", "ttft_ms_p99": "TTFT p99 ms",
                                         "cost_per_million": with_currency("cost per million output tokens", front)}))

@@ -24,6 +24,7 @@ from bench_core.summary.html import (
     show_figure,
     show_html,
     show_table,
+    with_varying,
 )
 from bench_core.summary.load import MODE_ORDER, PRECISION_ORDER, Results
 from bench_core.summary.ratio_chart import show_ratio_chart
@@ -54,22 +55,23 @@ def show_headline(res: Results) -> None:
     # A precision this machine only emulates is named so beside its figures (emulation_notes say why).
     table["precision"] = [f"{p} (emulated)" if e else p for p, e in zip(table["precision"], table["emulated"])]
     table["disturbed_text"] = disturbed_marks(table)
-    for name in ("batch_size", "world_size", "repeats"):  # counts: whole numbers, not 3 significant figures
-        if table[name].notna().all() and (table[name] % 1 == 0).all():
-            table[name] = table[name].astype("int64")
     units = list(dict.fromkeys(table["throughput_unit"]))
     if len(units) > 1:
         paragraph(f"One table per unit ({', '.join(units)}): a sort never puts one unit's numbers among another's.")
     for unit in units:
         part = table[table["throughput_unit"] == unit].copy()
+        for name in ("batch_size", "world_size", "repeats"):  # counts: whole numbers, not 3 significant figures
+            if part[name].notna().all() and (part[name] % 1 == 0).all():
+                part[name] = part[name].astype("int64")
         # samples/s beside throughput only where they differ (text: sequences/s beside tokens/s)
         samples = [u for u in dict.fromkeys(part["sample_unit"].dropna()) if u != unit]
         samples_header = f"{samples[0]} (median)" if len(samples) == 1 else "samples/s (median)"
         if not samples:
             part["samples_per_s"] = float("nan")
         columns = {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision",
-                   "batch_size": "batch", "input_shape": "input", "world_size": "devices", "compile": "compile",
-                   "channels_last": "channels_last", "throughput": f"{unit} (median)",
+                   "batch_size": "batch", "load": "load", "input_shape": "input", "world_size": "devices",
+                   "compile": "compile", "channels_last": "channels_last"}
+        columns = {**with_varying(part, columns), "throughput": f"{unit} (median)",
                    "IQR of repeats": "IQR of repeats", "samples_per_s": samples_header,
                    "step_time_ms": "step ms (median)", "mvox_per_s": "MVox/s",
                    "images_per_s": "images/s at its denoising steps", "peak_memory_mib": "torch peak MiB",
@@ -202,15 +204,23 @@ def show_amp_speedup(res: Results) -> None:
                "of the same workload on the same machine." + (f" {skipped}" if skipped else ""))
         return
     several = table["machine"].nunique() > 1
-    table = table.assign(label=[f"{w} · {m}" if several else w for w, m in
-                                zip(label_columns(table, always=("mode", "precision")), table["machine"])])
+    best = table["batches"] != "the same"
+    table = table.assign(label=[f"{w}{' (each at its best)' if b else ''}" + (f" · {m}" if several else "")
+                                for w, m, b in zip(label_columns(table, always=("mode", "precision")),
+                                                   table["machine"], best)])
+    if best.any():
+        paragraph("Where a precision ran at another batch or layout than fp32 (each the largest batch it fits, as "
+                  "lambdal measures them), it is also compared at its own best against fp32 at fp32's best: the "
+                  "highest median throughput each ran at, said in 'compared at'. That answers 'how much faster is "
+                  "it, each run as well as it runs', not the speed-up of the precision alone at one batch.")
     show_ratio_chart(table, list(table["label"]), "Speed-up of each reduced precision over fp32: ratio and 95 % interval",
                      "Point chart: speed-up of each reduced precision over fp32, with intervals",
                      xlabel="speed-up over fp32 (log scale; above 1 is faster)")
     few_repeats_note(table, "label")
     show_per_unit(table, columns_for(res, {"machine": "machine", "model": "model", "mode": "mode",
                                            "precision": "precision", "batch_size": "batch", "input_shape": "input",
-                                           "world_size": "devices", "fp32": "fp32, {unit} (median)",
+                                           "world_size": "devices", "batches": "compared at",
+                                           "fp32": "fp32, {unit} (median)",
                                            "throughput": "this precision, {unit} (median)",
                                            "text": "speed-up over fp32 [95% CI], verdict",
                                            "baseline_repeats": "fp32 repeats", "repeats_text": "repeats"}))

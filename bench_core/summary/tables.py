@@ -51,7 +51,7 @@ def headline_table(res: Results) -> pd.DataFrame:
         samples_per_s=("samples_per_s", "median"), sample_unit=("sample_unit", "first"),
         step_time_ms=("step_time_ms_median", "median"), mpx_per_s=("mpx_per_s", "median"),
         mvox_per_s=("mvox_per_s", "median"), images_per_s=("images_per_s", "median"),
-        peak_memory_mib=("_peak_memory_mib", "median"),
+        peak_memory_mib=("_peak_memory_mib", "median"), load=("load", "first"),
         emulated=("precision_support", lambda s: bool((s == "emulated").any())))
     return sort_table(table.reset_index())
 
@@ -108,16 +108,69 @@ def _pick_baseline(res: Results, machines: list[str], wanted: str | None) -> tup
 
 def amp_speedup_table(res: Results) -> pd.DataFrame:
     """Each reduced precision against fp32 of the same workload on the same machine, from the
-    repeats: medians of both, speed-up (ratio of geometric means), its interval and verdict."""
+    repeats: medians of both, speed-up (ratio of geometric means), its interval and verdict. At the
+    same batch and layout, and where a precision ran at others than fp32 (each the most it fits, as
+    lambdal measures), also each at its best (best_batch_speedups): `batches` says which ("the same",
+    or "each at its best: batch 1,280, channels_last and fp32's batch 640, NCHW")."""
     ok = res.ok
     if ok.empty or "fp32" not in set(ok["precision"]):
         return pd.DataFrame()
-    table = compare_variants(ok, "precision", "fp32", value="throughput")
+    same = compare_variants(ok, "precision", "fp32", value="throughput").assign(batches="the same")
+    best = best_batch_speedups(ok)
+    table = pd.concat([part for part in (same, best) if len(part)], ignore_index=True) if len(best) else same
     if table.empty:
         return pd.DataFrame()
     table = with_unit(table.rename(columns={"baseline_median": "fp32", "median": "throughput"}), ok)
-    table = with_repeats(table, ok, "precision", "fp32", ["machine", *[k for k in WORKLOAD if k != "precision"]])
+    others = ["machine", *[k for k in WORKLOAD if k != "precision"]]
+    same_part, best_part = table[table["batches"] == "the same"], table[table["batches"] != "the same"]
+    parts = [with_repeats(same_part, ok, "precision", "fp32", others)]
+    if len(best_part):  # fp32's repeats counted at fp32's own batch
+        fp32 = with_repeats(best_part.assign(batch_size=best_part["fp32_batch_size"],
+                                             channels_last=best_part["fp32_channels_last"]), ok, "precision", "fp32",
+                            others)
+        parts.append(with_repeats(best_part, ok, "precision", "fp32", others).assign(
+            baseline_repeats=fp32["baseline_repeats"].to_numpy()))
+    table = pd.concat([part for part in parts if len(part)], ignore_index=True)
     return sort_table(table.assign(speedup=table["ratio"]))
+
+
+# What a precision is run at to give its best (lambdal: the largest batch it fits, channels_last for AMP).
+BEST_OF = ("batch_size", "channels_last")
+
+
+def best_batch_speedups(ok: pd.DataFrame) -> pd.DataFrame:
+    """Each reduced precision at its own best batch and layout (BEST_OF: the highest median throughput
+    among those it ran) against fp32 at fp32's, where the two differ: compare_variants on those rows;
+    batch_size and channels_last are the precision's, fp32_batch_size and fp32_channels_last fp32's."""
+    keys = ["machine", *[k for k in WORKLOAD if k not in ("precision", *BEST_OF)]]
+    ok = ok.dropna(subset=["batch_size"])
+    if ok.empty:
+        return pd.DataFrame()
+
+    def key(row: dict) -> str:  # (an empty value one way, whether None or NaN)
+        return "|".join(str(row[k]) if is_present(row[k]) else "" for k in keys)
+    label = pd.Series([key(r) for r in ok[keys].to_dict("records")], index=ok.index)
+    medians = ok.assign(_key=label).groupby(["_key", "precision", *BEST_OF])["throughput"].median().reset_index()
+    best = medians.loc[medians.groupby(["_key", "precision"])["throughput"].idxmax()]
+    best_of = {(k, p): (b, c) for k, p, b, c in zip(best["_key"], best["precision"], best["batch_size"],
+                                                     best["channels_last"])}
+    at_best = ok[[best_of.get((k, p)) == (b, c) for k, p, b, c in
+                  zip(label, ok["precision"], ok["batch_size"], ok["channels_last"])]]
+    table = compare_variants(at_best, "precision", "fp32", keys=keys, value="throughput")
+    if table.empty:
+        return table
+    mine = [best_of[(key(r), r["precision"])] for r in table.to_dict("records")]
+    fp32 = [best_of[(key(r), "fp32")] for r in table.to_dict("records")]
+    table = table.assign(batch_size=[m[0] for m in mine], channels_last=[m[1] for m in mine],
+                         fp32_batch_size=[f[0] for f in fp32], fp32_channels_last=[f[1] for f in fp32],
+                         batches=[f"each at its best: {setting_text(*m)} and fp32's {setting_text(*f)}"
+                                  for m, f in zip(mine, fp32)])
+    return table[[m != f for m, f in zip(mine, fp32)]]
+
+
+def setting_text(batch_size, channels_last) -> str:
+    """'batch 1,280, channels_last' / 'batch 640, NCHW'."""
+    return f"batch {num_text(batch_size)}, {'channels_last' if channels_last is True else 'NCHW'}"
 
 
 def with_repeats(table: pd.DataFrame, rows: pd.DataFrame, column: str, baseline, keys: list[str]) -> pd.DataFrame:
@@ -194,7 +247,7 @@ def knee_points(curves: pd.DataFrame, fraction: float = KNEE_FRACTION) -> pd.Dat
     """Per curve: the best throughput and the knee, the smallest batch reaching `fraction` of it."""
     if curves.empty:
         return pd.DataFrame()
-    keys = ["machine", *[k for k in WORKLOAD if k != "batch_size"]]
+    keys = ["machine", *[k for k in WORKLOAD if k != "batch_size" and k in curves]]
     out = []
     for key, curve in curves.groupby(keys, dropna=False, sort=False):
         curve = curve.dropna(subset=["throughput"]).sort_values("batch_size")
@@ -226,9 +279,10 @@ def scaling_table(res: Results) -> pd.DataFrame:
     if not curves:
         return pd.DataFrame()
     speedups = compare_variants(ok, "world_size", 1, keys=keys)
-    table = pd.concat(curves, ignore_index=True).merge(
-        speedups[[*keys, "world_size", "ratio", "low", "high", "verdict", "text"]], on=[*keys, "world_size"],
-        how="left")
+    # Keys as objects on both sides: a field empty in every row (another mode's) is float here, text there.
+    table = pd.concat(curves, ignore_index=True).astype({k: object for k in keys}).merge(
+        speedups[[*keys, "world_size", "ratio", "low", "high", "verdict", "text"]].astype({k: object for k in keys}),
+        on=[*keys, "world_size"], how="left")
     one = table["world_size"] == 1
     table["speedup"] = table["ratio"].where(~one, 1.0)
     table["text"] = table["text"].where(~one, "1 device: the reference")

@@ -17,7 +17,7 @@ from typing import Any
 from bench_core.capability import EMULATED
 from bench_core.config.mistakes import ConfigErrors, Mistakes
 from bench_core.config.schema import BenchConfig, check_known_keys
-from bench_core.config.serve import load_text
+from bench_core.results.keys import load_text
 from bench_core.config.sweepfile import (
     EMULATED_CHOICES,
     MAX_CONFIGS,
