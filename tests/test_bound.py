@@ -16,7 +16,7 @@ from bench_core.measure.noise import current_flags
 from bench_core.results.comparison import DISTURBED
 from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import WORKLOAD
-from bench_core.results.store import iter_rows
+from bench_core.results.store import iter_rows, write_run
 from bench_core.run import busy
 from bench_core.run.comm_overlap import length
 from bench_core.scenarios.compare import Comparison, judge
@@ -156,7 +156,8 @@ def test_the_reports_comparison_of_host_bound_rows_on_two_machines_says_it_compa
     ok = res.ok.copy()
     ok.loc[ok["result_dir"] == res.names[1], "machine"] = "NVIDIA H200 · the bench run's machine"
     ok = ok[(ok["model"] == "resnet18") & (ok["batch_size"] == 1)]
-    (row,) = compare_variants(ok, "machine", "NVIDIA H200 · vm", keys=list(WORKLOAD)).to_dict("records")
+    sweep_machine = ok.loc[ok["result_dir"] == res.names[0], "machine"].iloc[0]  # NVIDIA H200 · vm · GPU-...
+    (row,) = compare_variants(ok, "machine", sweep_machine, keys=list(WORKLOAD)).to_dict("records")
     assert row["ratio"] == pytest.approx(1.61, abs=0.01)
     assert row["text"].endswith("host-bound (gpu busy: baseline 17%, variant 29-32% by NVML utilization): "
                                 "compares the hosts, not the GPUs")
@@ -175,8 +176,12 @@ def test_the_gpus_busy_time_is_its_kernels_union_not_the_spans_of_annotations():
     assert length(busy.device_intervals(events, "cpu")) == 100.0  # the CPU stand-in: its aten ops
 
 
-def test_ours_beside_a_published_figure_says_when_ours_measured_the_host(h200):
-    matched = reference_matches(h200)
+def test_ours_beside_a_published_figure_says_when_ours_measured_the_host(tmp_path):
+    """A new run of the kept ladder's configurations (its rows under new run ids: a report never sets a row
+    beside a figure made from itself) against the kept H200 figures: host-bound rows say the ratio compares hosts."""
+    again = [{**r, "run_id": f"again-{r['run_id']}"} for r in iter_rows(H200_RUNS[1]) if r["model"] == "resnet18"]
+    write_run(tmp_path, "again", again)
+    matched = reference_matches(load_results([tmp_path]))
     ladder = matched[(matched["model"] == "resnet18") & (matched["batch_size"].isin([1, 256]))]
     said = {int(b): {c.endswith("host-bound (gpu busy: ours 17% by NVML utilization): compares the hosts, not the GPUs")
                      for c in group["comparison"]} for b, group in ladder.groupby("batch_size")}

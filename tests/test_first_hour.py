@@ -92,7 +92,7 @@ def test_the_report_counts_configurations_as_the_sweep_does(tmp_path):
     rows = load_results([tmp_path]).rows
     assert configurations(rows) == len(plan.configs) == 4
     serving = rows[rows["mode"] == "serve"]["config"]
-    assert serving.nunique() == 2 and all("concurrency" in label and "bs" not in label for label in serving)
+    assert serving.nunique() == 2 and all("user" in label and "bs" not in label for label in serving)
 
 
 @pytest.fixture

@@ -35,6 +35,9 @@ ALLOWED_IN_FUNCTION = {
     # The report command's module (pandas, scipy, matplotlib: 0.7 s), imported by bench sweep only when
     # it makes a report: every sweep and SLURM task started that much later, --no-report or not.
     ("bench_core.cli.sweep", "bench_core.summary.report"),
+    # Mode serve's own module and its HTTP client (aiohttp): 0.3-0.5 s of every kernel's and bench process's
+    # start, where most never serve.
+    ("bench_core.launch.dispatch", "bench_core.launch.engine_server"),
 }
 
 

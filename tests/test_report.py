@@ -199,7 +199,9 @@ def test_the_kept_runs_are_three_h200_machines_and_each_configuration_its_own_ro
                   ("llama-1b", "train", "amp-bf16")) == ["ddp", "fsdp"]
     machines = _section(html, "Machines-side-by-side")
     assert "Baseline: <strong>NVIDIA H200 · vm · GPU-5faf33eb</strong>" in machines
-    assert "<strong>NVIDIA H200 · vm · GPU-d1233024</strong>: too few repeats for an interval in 1" in machines
+    # ResNet-50 amp-fp16 and amp-bf16 channels_last ran on both; the amp-fp16 pair at the power cap is judged
+    # too (a cap is how the GPU runs it, not a disturbance): one repeat a side, no interval either way.
+    assert "<strong>NVIDIA H200 · vm · GPU-d1233024</strong>: too few repeats for an interval in 2 of 2" in machines
 
 
 @pytest.mark.slow
@@ -954,7 +956,9 @@ def test_two_kinds_are_compared_with_an_interval_hosts_cost_and_how_far_machines
     assert prices[v100]["price_per_hour"] == 2.0 and prices[v100]["currency"] == "USD"
     table = summary.kind_comparison(res, prices=prices)
     assert len(table) == 5 and set(table["kind"]) == {v100} and set(table["baseline_kind"]) == {cpu_kind}
-    assert table["ratio"].round(6).eq(2).all() and table["text"].str.fullmatch(r"2\.00x " + INTERVAL).all()
+    # (the host-bound row's text adds what its ratio compares: bound.comparison_note)
+    assert table["ratio"].round(6).eq(2).all() and table["text"].str.fullmatch(
+        r"2\.00x " + INTERVAL + r"(; host-bound \(gpu busy: variant 40%\): compares the hosts, not the GPUs)?").all()
     assert set(table["how"]) == {"repeats as samples, and a stated run-to-run shift of 10% a run, which a side with "
                                  "one run cannot measure"}
     assert set(table["instances"]) == {"1 and 2"}

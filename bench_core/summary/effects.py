@@ -76,7 +76,7 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
                 text = f"{text}; {outputs}"
             # Host-bound sides: the ratio is the host's (across machines: it compares the hosts, not the GPUs).
             hosts = comparison_note([("baseline", base.to_dict("records")), ("variant", candidate.to_dict("records"))],
-                                    across_machines=column == "machine")
+                                    across_machines=column in ("machine", "kind"))
             text = f"{text}; {hosts}" if hosts else text
             out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base[value].median()),
                         float(candidate[value].median()), ratio, low, high, verdict, c.reason,
