@@ -19,7 +19,7 @@ from bench_core.results.store import read_run
 from bench_core.serving import metrics, slo
 from bench_core.serving.model_folder import folder_for
 from bench_core.serving.records import read_records
-from conftest import bench_here
+from conftest import bench_here, sigint_at_default
 from serving_proxy import FaultProxy
 
 SMALL = dict(model="llama-tiny", mode="serve", prompt_len=8, new_tokens=4, steps=4, warmup_steps=1, repeats=1,
@@ -270,6 +270,42 @@ def test_sigterm_stops_the_server_and_keeps_finished_points(folder, tmp_path, si
     assert not [p for p in servers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     rows = read_run(next(out.glob("runs/*")))
     assert rows[0]["status"] == "ok" and rows[-1]["status"] == "interrupted"
+
+
+def test_a_burst_stops_a_point_waiting_on_a_trace_in_seconds_with_its_row_and_no_worker_left(session, folder,
+                                                                                             tmp_path):
+    """`timeout 180 bench run --mode serve --trace-file F` hung for good where F's second arrival was far off:
+    the second of two signals ran its handler inside the first's. Here SIGINT lands right after SIGTERM, and
+    two client processes wait on the trace: shutting their pool down waited for the far arrival."""
+    trace = tmp_path / "far.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
+                     '{"timestamp": 3000000, "input_length": 8, "output_length": 4}\n')  # 50 minutes on
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench_core", "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir",
+               str(folder), "--server-url", session.server.url, "--served-model", session.model, "--trace-file",
+               str(trace), "--client-workers", "2", "--steps", "2", "--warmup-steps", "1", "--repeats", "1",
+               "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_SERVING_DIR"}  # the module's session sets it
+    bench = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                             preexec_fn=sigint_at_default)
+    try:
+        lines: list[str] = []
+        while not lines or "repeat 1/1" not in lines[-1]:
+            lines.append(bench.stderr.readline())
+            assert lines[-1], "".join(lines[-5:])
+        time.sleep(3.0)  # the workers started, the first request sent; the point waits for the second arrival
+        workers = psutil.Process(bench.pid).children(recursive=True)
+        bench.send_signal(signal.SIGTERM)
+        bench.send_signal(signal.SIGINT)
+        bench.wait(timeout=120)
+    finally:
+        bench.kill()
+    stderr = bench.stderr.read()
+    assert bench.returncode in (130, 143), stderr[-2000:]
+    (row,) = read_run(next(out.glob("runs/*")))
+    assert row["status"] == "interrupted" and "stopped by" in row["message"]
+    assert "stopping without waiting" not in stderr  # the stop itself ended, not the watchdog
+    assert workers and not psutil.wait_procs(workers, timeout=15)[1]
 
 
 def test_the_report_draws_the_serving_section_from_serving_rows(session, folder, tmp_path):
