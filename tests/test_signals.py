@@ -163,8 +163,9 @@ def wait_for(proc: subprocess.Popen, needle: str, timeout_s: float = 300) -> lis
 ])
 def test_a_burst_of_signals_stops_a_run_in_seconds_with_its_finished_rows(tmp_path, state, flags, needle, kind):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "bench_core", "run", *TINY, *flags, "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "bench_core", "run", *TINY, *flags, "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default,
+                            start_new_session=True)  # its own group: the burst reaches no one else
     try:
         wait_for(proc, needle)
         time.sleep(0.5)
@@ -177,3 +178,21 @@ def test_a_burst_of_signals_stops_a_run_in_seconds_with_its_finished_rows(tmp_pa
     assert rows and rows[-1]["status"] == "interrupted", stderr[-2000:]
     finished = [r["status"] for r in rows[:-1]]
     assert finished == ["ok"] * len(finished) and (finished == [] if state == "warm-up" else finished), stderr[-2000:]
+
+
+def test_a_stop_while_a_finished_runs_rows_are_written_keeps_them(tmp_path, capsys, monkeypatch):
+    """The run has measured everything; SIGTERM lands as its rows are written (scancel at a job's end): they
+    are written whole, and the run ends as what it is, a finished run."""
+    from bench_core.cli import run as run_command
+    from conftest import bench_here
+    write_run = run_command.results.write_run
+
+    def signalled_while_writing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # taken at once by this process's handler, if it has one
+        return write_run(*args, **kwargs)
+    monkeypatch.setattr(run_command.results, "write_run", signalled_while_writing)
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", *TINY, "--steps", "2", "--warmup-steps", "1", "--repeats", "2",
+                      "--min-seconds", "0", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r["status"] for r in results.iter_rows(out)] == ["ok", "ok"]
