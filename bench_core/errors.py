@@ -48,9 +48,14 @@ def user_frame(exc: BaseException) -> str:
 
 def error_message(exc: BaseException) -> str:
     """`Type: first line of the message`, as failure rows, notes and refusals carry it, and where the user's
-    own code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:500] if lines else type(exc).__name__}{user_frame(exc)}"
+    own code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'. An exit says
+    its call: 'SystemExit: exit(2) called' (an argument parser's), 'exit() called'."""
+    if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
+        text = f"exit({'' if exc.code is None else repr(exc.code)}) called"
+    else:
+        lines = str(exc).strip().splitlines()
+        text = lines[0][:500] if lines else type(exc).__name__
+    return f"{type(exc).__name__}: {text}{user_frame(exc)}"
 
 
 class Terminated(KeyboardInterrupt):
@@ -101,6 +106,18 @@ HELD_POLL_S = 0.1
 # What the watchdog does for a stuck main thread, innermost first (see when_stuck).
 _stuck_hooks: list[Callable[[KeyboardInterrupt], None]] = []
 _held = 0  # interrupts_held blocks open: rows are being recorded, the watchdog waits for them
+_marked = 0  # sigterm_as_interrupt blocks where every Ctrl-C and SIGTERM is raised marked (from_signal)
+
+
+def from_outside(exc: BaseException) -> bool:
+    """Whether `exc` is a stop sent to this process (Ctrl-C, SIGTERM), not an exit the running code raised
+    itself (sys.exit(), exit(), an argument parser's error, its own `raise KeyboardInterrupt`): those are
+    failures like any other. Where bench's handlers mark the stops they raise (inside sigterm_as_interrupt),
+    an unmarked KeyboardInterrupt is the code's own; elsewhere (a notebook, a library call) every
+    KeyboardInterrupt is taken for a Ctrl-C, as Python takes it."""
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    return getattr(exc, "from_signal", False) or not _marked
 
 
 def _signalled(kind: type[KeyboardInterrupt]) -> KeyboardInterrupt:
@@ -131,6 +148,7 @@ def sigterm_as_interrupt(grace_s: float = STOP_GRACE_S) -> Iterator[None]:
     them) and ends the process with 143 (130 for Ctrl-C). torch releases the GIL inside its ops,
     so the watchdog runs beside one; a native call holding the GIL would hold it too. Outside the
     main thread it changes nothing."""
+    global _marked
     watchdog = _Watchdog(grace_s)
 
     def on_term(signum, frame):
@@ -146,6 +164,9 @@ def sigterm_as_interrupt(grace_s: float = STOP_GRACE_S) -> Iterator[None]:
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C is ignored
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_int)
+    # Every stop this process can be sent is raised marked, unless another handler of SIGINT raises its own.
+    marking = signal.getsignal(signal.SIGINT) in (on_int, signal.SIG_IGN, signal.SIG_DFL)
+    _marked += marking
     watchdog.start(set(previous))
     try:
         yield
@@ -155,6 +176,7 @@ def sigterm_as_interrupt(grace_s: float = STOP_GRACE_S) -> Iterator[None]:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            _marked -= marking
             watchdog.stop()
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench_core.errors import ConfigError, error_message
+from bench_core.errors import ConfigError, error_message, from_outside
 
 PREFIX = "code"
 SYNTAX = "code:<file.py>:<function> or code:<module>:<function>"
@@ -89,7 +89,9 @@ def _import_file(path: Path, sha256: str, inner: str):
         sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's import, said in one line
+    except BaseException as exc:  # noqa: BLE001 - the user's import, said in one line (a sys.exit() in it too)
+        if from_outside(exc):
+            raise
         raise ConfigError("model", f"code:{inner}: importing {path.name} raised {error_message(exc)}") from None
     sys.modules[name] = module
     return module
@@ -113,7 +115,9 @@ def _import_module(where: str, inner: str):
             raise ConfigError("model", f"code:{inner}: no module {where!r} on the import path or in "
                                        f"{os.getcwd()}; expected {SYNTAX}") from None
         raise ConfigError("model", f"code:{inner}: importing {where} raised {error_message(exc)}") from None
-    except Exception as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the user's import, said in one line (a sys.exit() in it too)
+        if from_outside(exc):
+            raise
         raise ConfigError("model", f"code:{inner}: importing {where} raised {error_message(exc)}") from None
     # Children (the sweep's kernels, torchrun's workers) start elsewhere: they find the module where we did.
     root = Path(module.__file__).resolve().parents[where.count(".")] if getattr(module, "__file__", None) else None
