@@ -172,6 +172,39 @@ def test_a_model_that_raises_in_its_step_is_a_failure_row_naming_the_users_line(
     assert row["message"].endswith(f"(at bad_models.py:{line_of('self.lin(x[:, :3])')} in forward)")
 
 
+MALFORMED = {  # name -> (what is there, what the one line says)
+    "notes.txt": ("root:x:0:0:root:/root:/bin/bash\n", "notes.txt is not a Python file (.py)"),
+    "folder.py": (None, "{path} is a folder, not a Python file"),
+    "unreadable.py": ("/proc/self/mem", "cannot read {path}: Input/output error"),  # a symlink: EIO, for root too
+    "broken.py": ("def build(:\n", "importing broken.py raised SyntaxError: invalid syntax"),
+    "exits_on_import.py": ("import sys\nsys.exit('run me as a script')\n",
+                           "importing exits_on_import.py raised SystemExit: run me as a script "
+                           "(at exits_on_import.py:2 in <module>)"),
+    "not_callable.py": ("build = 3\n", "'build' in not_callable.py is int, not a function"),
+    "builtin.py": ("import math\nbuild = math.hypot\n", "build() has no parameters Python can read"),
+    "x" * 300 + ".py": ("", "cannot read {path}: File name too long"),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED), ids=lambda name: name[:20])
+def test_a_code_spec_that_is_not_a_python_function_is_one_line_naming_the_model(name, tmp_path, capsys):
+    """code:models/../../etc/passwd:x gave AttributeError: 'NoneType' object has no attribute 'loader', exit 1."""
+    content, says = MALFORMED[name]
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    elif content.startswith("/proc/"):
+        path.symlink_to(content)
+    elif len(name) < 255:
+        path.write_text(content)
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--model", f"code:{path}:build", *BRIEF, "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("bench run: error: model: code:") and says.format(path=path) in done.stderr, \
+        done.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("function, says, line", [
     ("its_forward_exits", "SystemExit: exit() called", "sys.exit()"),
     ("its_forward_parses_arguments", "SystemExit: exit(2) called", "parse_args("),

@@ -78,7 +78,11 @@ def code_spec(inner: str) -> ModelSpec:
 @functools.lru_cache(maxsize=32)
 def _code_spec(inner: str, sha256: str | None) -> ModelSpec:
     ref, fn = load(inner, sha256)
-    params = inspect.signature(fn).parameters
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin, a C function, a callable object signature() cannot read
+        raise ConfigError("model", f"{ref.shown}: {ref.function}() has no parameters Python can read "
+                                   f"({type(fn).__name__}); expected a Python function taking batch_size") from None
     for p in params.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise ConfigError("model", f"{ref.shown}: name each parameter (no *args or **kwargs); allowed: "
