@@ -545,6 +545,48 @@ def test_bad_traffic_is_one_line_naming_the_field_and_nothing_is_written(capsys,
     assert not out.exists()
 
 
+ARRIVAL = '"input_length": 8, "output_length": 4'
+NOT_NUMBERS = {  # a file's text -> (its field, what the one line says)
+    "nan_time": (f'{{"timestamp": NaN, {ARRIVAL}}}\n', "trace_file",
+                 "line 1: timestamp must be a finite number >= 0, got nan"),
+    "infinite_time": (f'{{"arrival_s": 0, {ARRIVAL}}}\n{{"arrival_s": Infinity, {ARRIVAL}}}\n', "trace_file",
+                      "line 2: arrival_s must be a finite number >= 0, got inf"),
+    "far_time": (f'{{"timestamp": 0, {ARRIVAL}}}\n{{"timestamp": 1e300, {ARRIVAL}}}\n', "trace_file",
+                 "the 2 arrivals a point replays span 2.78e+293 h, to line 2; a point waits at most 24 h"),
+    "hours_as_ms": (f'{{"timestamp": 0, {ARRIVAL}}}\n{{"arrival_s": 360000, {ARRIVAL}}}\n', "trace_file",
+                    "span 100 h, to line 2"),
+    "nan_length": ('{"timestamp": 0, "input_length": NaN, "output_length": 4}\n', "trace_file",
+                   "line 1: input_length must be a whole number from 1 to 16,777,216, got nan"),
+    "huge_length": ('{"timestamp": 0, "input_length": 8, "output_length": 1e300}\n', "trace_file",
+                    "line 1: output_length must be a whole number from 1 to 16,777,216, got 1e+300"),
+    "nan_max_tokens": ('{"prompt": "a", "max_tokens": NaN}\n', "prompt_file",
+                       "line 1: max_tokens must be a whole number from 1 to 16,777,216, got nan"),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_NUMBERS))
+def test_numbers_in_a_trace_or_prompt_file_are_checked_as_the_command_lines_are(name, capsys, tmp_path, folder):
+    """A trace line with "timestamp": NaN ran; one with 1e300 made the point wait until it was killed."""
+    text, field, words = NOT_NUMBERS[name]
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(text)
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--prompt-len", "8", "--new-tokens", "4", f"--{field.replace('_', '-')}", str(path),
+                      "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"bench run: error: {field}: {path}") and words in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_a_long_trace_is_taken_when_its_scaled_span_or_its_replayed_lines_fit_a_point(tmp_path, folder):
+    """The span is what a point waits: the first `steps` arrivals, after trace_time_scale."""
+    path = tmp_path / "hours_as_ms.jsonl"
+    path.write_text(NOT_NUMBERS["hours_as_ms"][0])  # 100 h from line 1 to line 2
+    for changes in ({"trace_time_scale": 0.001}, {"steps": 1}):
+        serve_config(folder, trace_file=str(path), **changes)  # 6 minutes; one arrival
+
+
 def test_the_prefix_cache_hit_rate_of_a_point_is_read_from_the_engines_counters():
     from bench_core.serving.server_metrics import Scraper
     page = ("# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{{model_name=\"m\"}} {q}\n"
