@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench_core import results
-from conftest import sigint_at_default
+from bench_core.cli import run as run_command
+from conftest import bench_here, sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--device", "cpu"]
@@ -176,19 +177,17 @@ def test_a_burst_of_signals_stops_a_run_in_seconds_with_its_finished_rows(tmp_pa
     assert proc.returncode in (130, 143), stderr[-2000:]
     rows = sorted(results.iter_rows(out), key=lambda r: r["repeat"])
     assert rows and rows[-1]["status"] == "interrupted", stderr[-2000:]
-    finished = [r["status"] for r in rows[:-1]]
-    assert finished == ["ok"] * len(finished) and (finished == [] if state == "warm-up" else finished), stderr[-2000:]
+    finished = [r["status"] for r in rows[:-1]]  # none in the warm-up; one or more before the window cut off
+    assert set(finished) <= {"ok"} and bool(finished) == (state == "a timed window"), stderr[-2000:]
 
 
 def test_a_stop_while_a_finished_runs_rows_are_written_keeps_them(tmp_path, capsys, monkeypatch):
     """The run has measured everything; SIGTERM lands as its rows are written (scancel at a job's end): they
     are written whole, and the run ends as what it is, a finished run."""
-    from bench_core.cli import run as run_command
-    from conftest import bench_here
     write_run = run_command.results.write_run
 
     def signalled_while_writing(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)  # taken at once by this process's handler, if it has one
+        os.kill(os.getpid(), signal.SIGTERM)  # to this process, where bench run's main() handles SIGTERM
         return write_run(*args, **kwargs)
     monkeypatch.setattr(run_command.results, "write_run", signalled_while_writing)
     out = tmp_path / "out"
