@@ -272,6 +272,7 @@ def test_sigterm_stops_the_server_and_keeps_finished_points(folder, tmp_path, si
     assert rows[0]["status"] == "ok" and rows[-1]["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_a_burst_stops_a_point_waiting_on_a_trace_in_seconds_with_its_row_and_no_worker_left(session, folder,
                                                                                              tmp_path):
     """`timeout 180 bench run --mode serve --trace-file F` hung for good where F's second arrival was far off:
