@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
 import select
 import signal
@@ -47,9 +48,14 @@ def user_frame(exc: BaseException) -> str:
 
 def error_message(exc: BaseException) -> str:
     """`Type: first line of the message`, as failure rows, notes and refusals carry it, and where the user's
-    own code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:500] if lines else type(exc).__name__}{user_frame(exc)}"
+    own code raised it (a model from code:, a notebook cell): ' (at net.py:42 in forward)'. An exit says
+    its call: 'SystemExit: exit(2) called' (an argument parser's), 'exit() called'."""
+    if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
+        text = f"exit({'' if exc.code is None else repr(exc.code)}) called"
+    else:
+        lines = str(exc).strip().splitlines()
+        text = lines[0][:500] if lines else type(exc).__name__
+    return f"{type(exc).__name__}: {text}{user_frame(exc)}"
 
 
 class Terminated(KeyboardInterrupt):
@@ -91,8 +97,33 @@ def interrupted_by(exc: KeyboardInterrupt) -> str:
 
 # How long the main thread has to act on a Ctrl-C or SIGTERM before the watchdog acts for it.
 STOP_GRACE_S = 3.0
+# Signals that land this soon after a stop began are that stop: `timeout` signals the process and then
+# its whole group, SLURM's scancel and many process managers every process of a job, microseconds apart.
+# One later (a second Ctrl-C, a second `kill`) insists: the stop must end within the grace after it.
+BURST_S = 1.0
+# How often the watchdog looks again while clean-up records rows with interrupts held.
+HELD_POLL_S = 0.1
 # What the watchdog does for a stuck main thread, innermost first (see when_stuck).
 _stuck_hooks: list[Callable[[KeyboardInterrupt], None]] = []
+_held = 0  # interrupts_held blocks open: rows are being recorded, the watchdog waits for them
+_marked = 0  # sigterm_as_interrupt blocks where every Ctrl-C and SIGTERM is raised marked (from_signal)
+
+
+def from_outside(exc: BaseException) -> bool:
+    """Whether `exc` is a stop sent to this process (Ctrl-C, SIGTERM), not an exit the running code raised
+    itself (sys.exit(), exit(), an argument parser's error, its own `raise KeyboardInterrupt`): those are
+    failures like any other. Where bench's handlers mark the stops they raise (inside sigterm_as_interrupt),
+    an unmarked KeyboardInterrupt is the code's own; elsewhere (a notebook, a library call) every
+    KeyboardInterrupt is taken for a Ctrl-C, as Python takes it."""
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    return getattr(exc, "from_signal", False) or not _marked
+
+
+def _signalled(kind: type[KeyboardInterrupt]) -> KeyboardInterrupt:
+    exc = kind()
+    exc.from_signal = True  # a stop sent to this process, not one the running code raised itself
+    return exc
 
 
 @contextlib.contextmanager
@@ -100,25 +131,31 @@ def sigterm_as_interrupt(grace_s: float = STOP_GRACE_S) -> Iterator[None]:
     """Within the block, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, so
     every `except KeyboardInterrupt` and `finally` that cleans up after Ctrl-C runs for it too.
 
+    One stop is raised, once: the signals of a burst (two SIGTERMs microseconds apart, a SIGINT
+    inside the SIGTERM's handler) and any that land while the stop's clean-up runs return at once
+    from their handler, so nothing cuts that clean-up short. No handler takes a lock or waits:
+    Python may run a handler inside another, and inside code that holds a lock (a stream's).
+
     Python runs a signal handler in the main thread only between bytecodes, so a main thread
     inside one long native call (a torch op over a huge sequence: one attention call of a 65,536-
     token prompt ran for a minute here) takes the signal only when the call returns: SIGTERM took
     61 s to stop such a run. So a watchdog thread learns of each Ctrl-C and SIGTERM from the C
     level (signal.set_wakeup_fd: written by the interpreter's own C handler, whatever the main
-    thread is doing). If the main thread has not taken it within `grace_s`, or a second one comes
-    first, the watchdog does what the main thread's clean-up would have done (the when_stuck
-    hooks: keep the finished rows, record the interrupted one) and ends the process with 143 (130
-    for Ctrl-C). torch releases the GIL inside its ops, so the watchdog runs beside one; a native
-    call holding the GIL would hold it too. Outside the main thread it changes nothing."""
+    thread is doing). If the main thread has not taken it within `grace_s`, or a stop under way
+    has not ended within `grace_s` of a signal sent more than BURST_S after it began (someone
+    insists), the watchdog does what the main thread's clean-up would have done (the when_stuck
+    hooks: keep the finished rows, record the interrupted one; never while interrupts_held records
+    them) and ends the process with 143 (130 for Ctrl-C). torch releases the GIL inside its ops,
+    so the watchdog runs beside one; a native call holding the GIL would hold it too. Outside the
+    main thread it changes nothing."""
+    global _marked
     watchdog = _Watchdog(grace_s)
 
     def on_term(signum, frame):
-        watchdog.taken()
-        raise Terminated
+        watchdog.take(Terminated)
 
     def on_int(signum, frame):
-        watchdog.taken()
-        raise KeyboardInterrupt
+        watchdog.take(KeyboardInterrupt)
 
     try:
         previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
@@ -127,22 +164,29 @@ def sigterm_as_interrupt(grace_s: float = STOP_GRACE_S) -> Iterator[None]:
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C is ignored
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_int)
-    watchdog.start()
+    # Every stop this process can be sent is raised marked, unless another handler of SIGINT raises its own.
+    marking = signal.getsignal(signal.SIGINT) in (on_int, signal.SIG_IGN, signal.SIG_DFL)
+    _marked += marking
+    watchdog.start(set(previous))
     try:
         yield
     finally:
-        watchdog.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            watchdog.close()  # from here on no handler raises: a signal now cannot cut the restoring short
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            _marked -= marking
+            watchdog.stop()
 
 
 @contextlib.contextmanager
 def when_stuck(hook: Callable[[KeyboardInterrupt], None]) -> Iterator[None]:
     """Within the block, if a Ctrl-C or SIGTERM finds the main thread stuck in a long native call,
     sigterm_as_interrupt's watchdog calls `hook(exc)` from its own thread (innermost block first,
-    `exc` the Terminated or KeyboardInterrupt the main thread would have raised) before it ends the
-    process. A hook does what the block's `except KeyboardInterrupt` does, without waiting on the
-    main thread (which never returns)."""
+    `exc` the Terminated or KeyboardInterrupt the main thread would have raised, or has raised) before
+    it ends the process. A hook does what the block's `except KeyboardInterrupt` does, without waiting
+    on the main thread (which may never return)."""
     _stuck_hooks.append(hook)
     try:
         yield
@@ -151,44 +195,52 @@ def when_stuck(hook: Callable[[KeyboardInterrupt], None]) -> Iterator[None]:
 
 
 class _Watchdog:
-    """The thread behind sigterm_as_interrupt. Its state is shared with the main thread's signal
-    handlers under one lock: a handler that runs takes every signal so far (it drains the wake-up
-    bytes), so a signal is pending only while the main thread has not run its handler since."""
+    """The thread behind sigterm_as_interrupt, and the stop it shares with the main thread's handlers.
+
+    Whoever claims the stop first owns it: a handler (it raises the stop) or the watchdog (it ends the
+    process). The claim is one call of a C iterator, which no handler can interrupt halfway; after it, a
+    handler only stores plain values (no lock, no wait, no I/O). The watchdog reads the wake-up bytes
+    and decides by their times, under nothing the handlers take."""
 
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
-        self.lock = threading.Lock()
+        self.claims = itertools.count()  # next() == 0: the first claim, the stop's owner
+        self.stop_exc: KeyboardInterrupt | None = None  # the stop the main thread raised
+        self.taken_at: float | None = None  # when it raised it (monotonic)
         self.reader, self.writer = socket.socketpair()
         self.reader.setblocking(False)
         self.writer.setblocking(False)
-        self.pending: tuple[int, float] | None = None  # (signal, deadline) not yet taken
-        self.acting = self.stopping = False
+        self.watched: set[int] = set()
+        self.stopping = False
         self.thread = threading.Thread(target=self._watch, name="bench-stop-watchdog", daemon=True)
         self.previous_fd = -1
 
-    def start(self) -> None:
+    def start(self, watched: set[int]) -> None:
+        self.watched = {int(sig) for sig in watched}
         self.previous_fd = signal.set_wakeup_fd(self.writer.fileno(), warn_on_full_buffer=False)
         self.thread.start()
 
+    def take(self, kind: type[KeyboardInterrupt]) -> None:
+        """A main-thread handler: raise the stop if it is the first claim; else return at once (a stop is
+        under way, the block is closing, or the watchdog is ending the process)."""
+        if next(self.claims):
+            return
+        exc = _signalled(kind)
+        self.stop_exc, self.taken_at = exc, time.monotonic()
+        raise exc
+
+    def close(self) -> None:
+        """The block ends: no later handler raises (the claim is gone)."""
+        next(self.claims)
+
     def stop(self) -> None:
         signal.set_wakeup_fd(self.previous_fd)
-        with self.lock:
-            self.stopping = True
+        self.stopping = True
         with contextlib.suppress(OSError):
             self.writer.send(b"\0")  # wakes the thread
         self.thread.join()
         self.reader.close()
         self.writer.close()
-
-    def taken(self) -> None:
-        """In the main thread's handler: this signal (and any before it) is the main thread's."""
-        with self.lock:
-            acting = self.acting
-            if not acting:
-                self._drain()
-                self.pending = None
-        if acting:  # the watchdog is recording the stop: the main thread must not record it too
-            threading.Event().wait()
 
     def _drain(self) -> bytes:
         data = b""
@@ -198,30 +250,37 @@ class _Watchdog:
         return data
 
     def _watch(self) -> None:
+        first_at: float | None = None          # when the first signal was read
+        due: float | None = None               # when to act, unless the stop is taken or ends first
+        due_for: tuple[float, int] | None = None  # (when read, which signal) of the signal `due` is for
         while True:
-            with self.lock:
-                deadline = self.pending[1] if self.pending else None
-            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            now = time.monotonic()
+            timeout = None if due is None else HELD_POLL_S if _held and now >= due else max(due - now, 0.0)
             select.select([self.reader], [], [], timeout)
-            with self.lock:
-                if self.stopping:
-                    return
-                signals = [b for b in self._drain() if b]
-                if signals and self.pending:  # a second signal before the first was taken
-                    self.acting = True
-                elif signals:
-                    self.pending = (signals[-1], time.monotonic() + self.grace_s)
-                elif self.pending and time.monotonic() >= self.pending[1]:
-                    self.acting = True
-                sig = self.pending[0] if self.pending else 0
-            if self.acting:
-                self._act(sig)
+            if self.stopping:
+                return
+            now = time.monotonic()
+            signals = [sig for sig in self._drain() if sig in self.watched]
+            began = min(t for t in (first_at, self.taken_at, now) if t is not None)
+            if signals and (first_at is None and self.taken_at is None or now - began >= BURST_S):
+                first_at = now if first_at is None else first_at
+                if due is None:  # the first signal, or one that insists: the stop ends within the grace
+                    due, due_for = now + self.grace_s, (now, signals[0])
+            taken_at = self.taken_at
+            if due_for and taken_at is not None and due_for[0] < taken_at + BURST_S:
+                due = due_for = None  # the main thread took it (it raised the stop)
+            if due is None or now < due or _held:
+                continue
+            if next(self.claims) == 0:  # the main thread never took it: stuck in one long call
+                self._act(_signalled(Terminated if due_for[1] == signal.SIGTERM else KeyboardInterrupt))
+            if self.stop_exc is not None and taken_at is not None:  # insisted on a stop under way
+                self._act(self.stop_exc)
+            due = due_for = None  # the block closed meanwhile
 
-    def _act(self, sig: int) -> NoReturn:
-        exc = Terminated() if sig == signal.SIGTERM else KeyboardInterrupt()
+    def _act(self, exc: KeyboardInterrupt) -> NoReturn:
         print(f"interrupted ({interrupted_by(exc)}) inside a long operation: stopping without waiting "
               "for it to return", file=sys.stderr, flush=True)
-        for hook in reversed(_stuck_hooks):
+        for hook in reversed(list(_stuck_hooks)):
             try:
                 hook(exc)
             except Exception as error:  # noqa: BLE001 - the process ends either way; say why the record may lack
@@ -235,14 +294,18 @@ class _Watchdog:
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
     """Within the block, Ctrl-C and SIGTERM are ignored, so that the clean-up after the first one
-    (recording what finished) is not cut short by a second; the handlers are restored after."""
+    (recording what finished) is not cut short by a second; the handlers are restored after. The
+    watchdog does not end the process while a block records."""
+    global _held
     try:
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
         yield
         return
+    _held += 1
     try:
         yield
     finally:
+        _held -= 1
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -72,6 +72,8 @@ def line_of(text: str) -> int:
 
 
 BAD = '''
+import argparse
+import sys
 import torch
 from bench_core import UserModel
 
@@ -103,6 +105,30 @@ class Broken(torch.nn.Module):
 
     def forward(self, x):
         return self.lin(x[:, :3])
+
+def its_build_exits(batch_size, device, dtype):
+    sys.exit(3)
+
+def its_forward_exits(batch_size, device, dtype):
+    return UserModel(Exits().to(device), torch.randn(batch_size, 4, device=device, dtype=dtype))
+
+def its_forward_parses_arguments(batch_size, device, dtype):
+    return UserModel(ParsesArguments().to(device), torch.randn(batch_size, 4, device=device, dtype=dtype))
+
+def its_forward_interrupts_itself(batch_size, device, dtype):
+    return UserModel(InterruptsItself().to(device), torch.randn(batch_size, 4, device=device, dtype=dtype))
+
+class Exits(Broken):
+    def forward(self, x):
+        sys.exit()
+
+class ParsesArguments(Broken):
+    def forward(self, x):
+        argparse.ArgumentParser(prog="mylib").parse_args(["--no-such-flag"])
+
+class InterruptsItself(Broken):
+    def forward(self, x):
+        raise KeyboardInterrupt
 '''
 
 
@@ -123,6 +149,8 @@ def bad(tmp_path) -> Path:
     ("{bad}:on_the_cpu_whatever_it_is_given", "model", "put a parameter on cpu; expected the device it was given, meta"),
     ("{bad}:takes_an_unknown_field", "model", "takes 'size', which is neither given"),
     ("{bad}:wrong_batch", "model", "expected batch_size (2) in its first dimension"),
+    ("{bad}:its_build_exits", "model", "its_build_exits() raised SystemExit: exit(3) called (at "
+                                        f"bad_models.py:{line_of('sys.exit(3)')} in its_build_exits)"),
     ("{example}:build --seq-len 16", "seq_len", "takes no seq_len; the shape fields it takes: width, height"),
     ("{example}:build --mode generate", "mode", "allowed: train, infer"),
 ])
@@ -142,6 +170,67 @@ def test_a_model_that_raises_in_its_step_is_a_failure_row_naming_the_users_line(
     assert row["status"] == "error" and row["model"].startswith("code:bad_models.py:fails_in_its_forward@")
     assert row["message"].startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
     assert row["message"].endswith(f"(at bad_models.py:{line_of('self.lin(x[:, :3])')} in forward)")
+
+
+MALFORMED = {  # name -> (what is there, what the one line says)
+    "notes.txt": ("root:x:0:0:root:/root:/bin/bash\n", "notes.txt is not a Python file (.py)"),
+    "folder.py": (None, "{path} is a folder, not a Python file"),
+    "unreadable.py": ("/proc/self/mem", "cannot read {path}: Input/output error"),  # a symlink: EIO, for root too
+    "broken.py": ("def build(:\n", "importing broken.py raised SyntaxError: invalid syntax"),
+    "exits_on_import.py": ("import sys\nsys.exit('run me as a script')\n",
+                           "importing exits_on_import.py raised SystemExit: run me as a script "
+                           "(at exits_on_import.py:2 in <module>)"),
+    "not_callable.py": ("build = 3\n", "'build' in not_callable.py is int, not a function"),
+    "builtin.py": ("import math\nbuild = math.hypot\n", "build() has no parameters Python can read"),
+    "x" * 300 + ".py": ("", "cannot read {path}: File name too long"),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED), ids=lambda name: name[:20])
+def test_a_code_spec_that_is_not_a_python_function_is_one_line_naming_the_model(name, tmp_path, capsys):
+    """code:models/../../etc/passwd:x gave AttributeError: 'NoneType' object has no attribute 'loader', exit 1."""
+    content, says = MALFORMED[name]
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    elif content.startswith("/proc/"):
+        path.symlink_to(content)
+    elif len(name) < 255:
+        path.write_text(content)
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--model", f"code:{path}:build", *BRIEF, "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("bench run: error: model: code:") and says.format(path=path) in done.stderr, \
+        done.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("function, says, line", [
+    ("its_forward_exits", "SystemExit: exit() called", "sys.exit()"),
+    ("its_forward_parses_arguments", "SystemExit: exit(2) called", "parse_args("),
+    ("its_forward_interrupts_itself", "KeyboardInterrupt: KeyboardInterrupt", "raise KeyboardInterrupt"),
+])
+def test_a_model_that_exits_in_its_step_is_a_failure_row_naming_the_users_line(bad, tmp_path, capsys, function, says,
+                                                                              line):
+    """sys.exit(), a library's argument parser, a KeyboardInterrupt of its own: bench run exited 0, no row, no
+    word after 'warm-up'. Only Ctrl-C and SIGTERM stop a run."""
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--model", f"code:{bad}:{function}", *BRIEF, "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    (row,) = rows_of(out)
+    assert row["status"] == "error" and row["message"] == f"{says} (at bad_models.py:{line_of(line)} in forward)"
+    assert says in done.stdout
+
+
+def test_in_a_notebook_a_model_that_exits_is_a_failure_row_too(bad):
+    """Where bench's handlers are not installed (a notebook's kernel, a library call), sys.exit() is still a
+    failure; a KeyboardInterrupt there is taken for Ctrl-C, as Python takes it."""
+    cfg = dict(batch_size=2, steps=2, warmup_steps=1, repeats=1, min_seconds=0, device="cpu")
+    (row,) = run_benchmark(BenchConfig(model=f"code:{bad}:its_forward_exits", **cfg))
+    assert row["status"] == "error" and row["message"].startswith("SystemExit: exit() called (at bad_models.py:")
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run_benchmark(BenchConfig(model=f"code:{bad}:its_forward_interrupts_itself", **cfg))
+    assert stopped.value.rows[-1]["status"] == "interrupted"
 
 
 @pytest.mark.slow

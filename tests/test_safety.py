@@ -23,10 +23,12 @@ TINY = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size"
 
 
 @contextlib.contextmanager
-def started(*args, env=None) -> Iterator[subprocess.Popen]:
-    """`bench ARGS` in a child; killed on the way out whatever the test found."""
+def started(*args, env=None, own_group: bool = False) -> Iterator[subprocess.Popen]:
+    """`bench ARGS` in a child (`own_group`: in a process group of its own, for signals to the group); killed
+    on the way out whatever the test found."""
     proc = subprocess.Popen([sys.executable, "-m", "bench_core", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+                            start_new_session=own_group)
     try:
         yield proc
     finally:
@@ -195,11 +197,12 @@ def test_sigterm_to_a_sweep_exits_143_and_stops_its_kernel(tmp_path):
     sweep.write_text("name: long\ngrid:\n  seed: [0]\nsettings: {model: resnet18, width: 32, height: 32, "
                      "batch_size: 2, steps: 2, warmup_steps: 1, repeats: 3, min_seconds: 120, device: cpu}\n")
     out = tmp_path / "out"
-    with started("sweep", str(sweep), "--out", str(out), "--no-report") as proc:
+    with started("sweep", str(sweep), "--out", str(out), "--no-report", own_group=True) as proc:
         deadline = time.monotonic() + 240
         while not list(out.glob("runs/*/benchmark.ipynb")) and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2)  # the kernel is up and measuring
+        os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` sends it: the process, then its group (issue 62)
         stdout, stderr = terminate(proc)
     assert proc.returncode == 143, stderr[-2000:]
     assert stdout.strip().splitlines()[-1].startswith("bench sweep: interrupted (SIGTERM);")

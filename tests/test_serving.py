@@ -19,7 +19,7 @@ from bench_core.results.store import read_run
 from bench_core.serving import metrics, slo
 from bench_core.serving.model_folder import folder_for
 from bench_core.serving.records import read_records
-from conftest import bench_here
+from conftest import bench_here, sigint_at_default
 from serving_proxy import FaultProxy
 
 SMALL = dict(model="llama-tiny", mode="serve", prompt_len=8, new_tokens=4, steps=4, warmup_steps=1, repeats=1,
@@ -272,6 +272,43 @@ def test_sigterm_stops_the_server_and_keeps_finished_points(folder, tmp_path, si
     assert rows[0]["status"] == "ok" and rows[-1]["status"] == "interrupted"
 
 
+@pytest.mark.slow
+def test_a_burst_stops_a_point_waiting_on_a_trace_in_seconds_with_its_row_and_no_worker_left(session, folder,
+                                                                                             tmp_path):
+    """`timeout 180 bench run --mode serve --trace-file F` hung for good where F's second arrival was far off:
+    the second of two signals ran its handler inside the first's. Here SIGINT lands right after SIGTERM, and
+    two client processes wait on the trace: shutting their pool down waited for the far arrival."""
+    trace = tmp_path / "far.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
+                     '{"timestamp": 3000000, "input_length": 8, "output_length": 4}\n')  # 50 minutes on
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench_core", "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir",
+               str(folder), "--server-url", session.server.url, "--served-model", session.model, "--trace-file",
+               str(trace), "--client-workers", "2", "--steps", "2", "--warmup-steps", "1", "--repeats", "1",
+               "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_SERVING_DIR"}  # the module's session sets it
+    bench = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                             preexec_fn=sigint_at_default)
+    try:
+        lines: list[str] = []
+        while not lines or "repeat 1/1" not in lines[-1]:
+            lines.append(bench.stderr.readline())
+            assert lines[-1], "".join(lines[-5:])
+        time.sleep(3.0)  # the workers started, the first request sent; the point waits for the second arrival
+        workers = psutil.Process(bench.pid).children(recursive=True)
+        bench.send_signal(signal.SIGTERM)
+        bench.send_signal(signal.SIGINT)
+        bench.wait(timeout=120)
+    finally:
+        bench.kill()
+    stderr = bench.stderr.read()
+    assert bench.returncode in (130, 143), stderr[-2000:]
+    (row,) = read_run(next(out.glob("runs/*")))
+    assert row["status"] == "interrupted" and "stopped by" in row["message"]
+    assert "stopping without waiting" not in stderr  # the stop itself ended, not the watchdog
+    assert workers and not psutil.wait_procs(workers, timeout=15)[1]
+
+
 def test_the_report_draws_the_serving_section_from_serving_rows(session, folder, tmp_path):
     from bench_core import results
     from bench_core.summary.load import load_results
@@ -507,6 +544,48 @@ def test_bad_traffic_is_one_line_naming_the_field_and_nothing_is_written(capsys,
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"bench run: error: {field}:") and words in done.stderr, done.stderr
     assert not out.exists()
+
+
+ARRIVAL = '"input_length": 8, "output_length": 4'
+NOT_NUMBERS = {  # a file's text -> (its field, what the one line says)
+    "nan_time": (f'{{"timestamp": NaN, {ARRIVAL}}}\n', "trace_file",
+                 "line 1: timestamp must be a finite number >= 0, got nan"),
+    "infinite_time": (f'{{"arrival_s": 0, {ARRIVAL}}}\n{{"arrival_s": Infinity, {ARRIVAL}}}\n', "trace_file",
+                      "line 2: arrival_s must be a finite number >= 0, got inf"),
+    "far_time": (f'{{"timestamp": 0, {ARRIVAL}}}\n{{"timestamp": 1e300, {ARRIVAL}}}\n', "trace_file",
+                 "the 2 arrivals a point replays span 2.78e+293 h, to line 2; a point waits at most 24 h"),
+    "hours_as_ms": (f'{{"timestamp": 0, {ARRIVAL}}}\n{{"arrival_s": 360000, {ARRIVAL}}}\n', "trace_file",
+                    "span 100 h, to line 2"),
+    "nan_length": ('{"timestamp": 0, "input_length": NaN, "output_length": 4}\n', "trace_file",
+                   "line 1: input_length must be a whole number from 1 to 16,777,216, got nan"),
+    "huge_length": ('{"timestamp": 0, "input_length": 8, "output_length": 1e300}\n', "trace_file",
+                    "line 1: output_length must be a whole number from 1 to 16,777,216, got 1e+300"),
+    "nan_max_tokens": ('{"prompt": "a", "max_tokens": NaN}\n', "prompt_file",
+                       "line 1: max_tokens must be a whole number from 1 to 16,777,216, got nan"),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_NUMBERS))
+def test_numbers_in_a_trace_or_prompt_file_are_checked_as_the_command_lines_are(name, capsys, tmp_path, folder):
+    """A trace line with "timestamp": NaN ran; one with 1e300 made the point wait until it was killed."""
+    text, field, words = NOT_NUMBERS[name]
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(text)
+    out = tmp_path / "out"
+    done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),
+                      "--prompt-len", "8", "--new-tokens", "4", f"--{field.replace('_', '-')}", str(path),
+                      "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"bench run: error: {field}: {path}") and words in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_a_long_trace_is_taken_when_its_scaled_span_or_its_replayed_lines_fit_a_point(tmp_path, folder):
+    """The span is what a point waits: the first `steps` arrivals, after trace_time_scale."""
+    path = tmp_path / "hours_as_ms.jsonl"
+    path.write_text(NOT_NUMBERS["hours_as_ms"][0])  # 100 h from line 1 to line 2
+    for changes in ({"trace_time_scale": 0.001}, {"steps": 1}):
+        serve_config(folder, trace_file=str(path), **changes)  # 6 minutes; one arrival
 
 
 def test_the_prefix_cache_hit_rate_of_a_point_is_read_from_the_engines_counters():

@@ -71,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
     if not rows:  # a node other than node 0 of a multi-node run: node 0 returns and writes the rows
         print(f"node {cfg.node_rank}: done; node 0 reports the combined result", file=sys.stderr)
         return EXIT_OK
-    saved = _record(args, rows)
+    with interrupts_held():  # measured: a stop now (scancel at a job's end) must not lose the rows
+        saved = _record(args, rows)
     _show(args, rows, saved)
     ok = all(r["status"] == "ok" for r in rows) and saved
     return EXIT_OK if ok and not is_wrong(rows[0]) else EXIT_FAILED  # fast and wrong is not a success

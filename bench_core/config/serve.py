@@ -4,7 +4,7 @@ empty, so every other configuration keeps its hash.
 """
 from __future__ import annotations
 
-from bench_core.config.traffic import parse_length_dist, read_prompt_file, read_trace
+from bench_core.config.traffic import check_trace_span, parse_length_dist, read_prompt_file, read_trace
 from bench_core.config.values import as_choice, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 
@@ -81,6 +81,8 @@ def validate_traffic(cfg) -> None:
     cfg.trace_time_scale = as_float("trace_time_scale", cfg.trace_time_scale, minimum=float("-inf"))
     if cfg.trace_time_scale <= 0:
         raise ConfigError("trace_time_scale", f"must be a positive number, got {cfg.trace_time_scale:g}")
+    if cfg.trace_file:
+        check_trace_span(cfg.trace_file, cfg.steps, cfg.trace_time_scale)
     cfg.turns = as_int("turns", cfg.turns, minimum=1)
     cfg.think_time_s = as_float("think_time_s", cfg.think_time_s)
     if cfg.turns > 1:

@@ -13,11 +13,16 @@ is one line naming the field (and, in a file, the line number); serving/traffic.
 - trace_file: JSONL, one arrival per line, in Mooncake's published form ({"timestamp": ms, "input_length":
   n, "output_length": m, "hash_ids": [...]}), or with "arrival_s" (seconds) and "input_tokens" /
   "output_tokens"; times must not go backwards. trace_time_scale stretches the gaps (0.5: twice as fast).
+
+Every number in a file is checked as the command line's are: a time finite and >= 0 (JSON's NaN and
+Infinity are refused), a length or max_tokens a whole number from 1 to MAX_TOKENS; and a trace whose
+arrivals would keep a point waiting longer than MAX_POINT_S is refused up front, saying its span.
 """
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +37,13 @@ MAX_FACTOR = 8  # a drawn length is clipped to [1, MAX_FACTOR x its centre]
 TRACE_TIME = {"timestamp": 1e-3, "arrival_ms": 1e-3, "arrival_s": 1.0, "time_s": 1.0}  # field -> seconds per unit
 TRACE_INPUT = ("input_length", "input_tokens", "prompt_tokens")
 TRACE_OUTPUT = ("output_length", "output_tokens", "max_tokens")
+# A length in a file above this is a typo or a hostile file, not a request: beyond every model's context
+# (the longest published, 10 million tokens), and a prompt that long would be built in memory here.
+MAX_TOKENS = 1 << 24
+# The longest a point may wait on a trace's arrivals (its span, after trace_time_scale). A point measures
+# seconds to an hour of traffic; a longer span is a time in the wrong unit (seconds read as ms x 1000)
+# or a value such as 1e300, which made a point wait until it was killed.
+MAX_POINT_S = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -99,9 +111,19 @@ def _lines(path_text: str, field: str):
         yield number, value
 
 
+def _finite(value) -> bool:
+    """A JSON number that is a number: not NaN or Infinity, and not an integer too large for a float."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def _count(value, name: str, field: str, where: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
-        raise ConfigError(field, f"{where}: {name} must be a whole number >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value != int(value) \
+            or not minimum <= value <= MAX_TOKENS:
+        raise ConfigError(field, f"{where}: {name} must be a whole number from {minimum} to {MAX_TOKENS:,}, "
+                                 f"got {value!r}")
     return int(value)
 
 
@@ -143,9 +165,10 @@ def _trace(path_text: str, stamp: tuple) -> tuple[TraceLine, ...]:
                                             f"Mooncake's {{\"timestamp\": ms, \"input_length\": n, \"output_length\": "
                                             "m}, or arrival_s, input_tokens, output_tokens")
         stamp_value = value[time_field]
-        if isinstance(stamp_value, bool) or not isinstance(stamp_value, (int, float)) or stamp_value < 0:
-            raise ConfigError("trace_file", f"{where}: {time_field} must be a number >= 0, got {stamp_value!r}")
-        seconds = stamp_value * TRACE_TIME[time_field]
+        if isinstance(stamp_value, bool) or not isinstance(stamp_value, (int, float)) or not _finite(stamp_value) \
+                or stamp_value < 0:
+            raise ConfigError("trace_file", f"{where}: {time_field} must be a finite number >= 0, got {stamp_value!r}")
+        seconds = float(stamp_value) * TRACE_TIME[time_field]
         if last is not None and seconds < last:
             raise ConfigError("trace_file", f"{where}: time goes backwards ({time_field} {stamp_value!r} is before "
                                             "the line above's); a trace is in arrival order")
@@ -158,6 +181,27 @@ def _trace(path_text: str, stamp: tuple) -> tuple[TraceLine, ...]:
 
 def read_trace(path_text: str) -> tuple[TraceLine, ...]:
     return _trace(path_text, _stamp(path_text))
+
+
+def check_trace_span(path_text: str, steps: int, scale: float) -> None:
+    """A point replays the trace's first `steps` arrivals, its gaps x `scale`: refused up front where that
+    would keep the point waiting longer than MAX_POINT_S, saying the span."""
+    lines = read_trace(path_text)[:steps]
+    span = lines[-1].arrival_s * scale
+    if span > MAX_POINT_S:
+        scaled = f" (x{scale:g}: {_duration(span)})" if scale != 1 else ""
+        raise ConfigError("trace_file", f"{path_text}: the {len(lines)} arrivals a point replays span "
+                                        f"{_duration(lines[-1].arrival_s)}{scaled}, to line {lines[-1].number}; a "
+                                        f"point waits at most {_duration(MAX_POINT_S)}: check the times' unit, scale "
+                                        "the gaps down (trace_time_scale) or replay fewer lines (steps)")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
 
 
 def _stamp(path_text: str) -> tuple:

@@ -16,7 +16,7 @@ import torch
 from bench_core.capability import EMULATED, UNSUPPORTED, Support, emulated_warning
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
-from bench_core.errors import ConfigError, interrupted_by, when_stuck
+from bench_core.errors import ConfigError, from_outside, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
@@ -299,7 +299,9 @@ class Session:
     def _guarded(self, method, *args):
         try:
             return method(*args)
-        except Exception as exc:  # noqa: BLE001 - every failure must become a row
+        except BaseException as exc:  # noqa: BLE001 - every failure must become a row, a model's sys.exit() too
+            if from_outside(exc):  # Ctrl-C, SIGTERM: the run stops (its finished repeats are kept)
+                raise
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = failure_row(self.run, status, error_message(exc))
             return None

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
+import os
 import random
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -259,17 +262,27 @@ def _run_in_workers(load: Load, url: str, make_body, metrics_url: str) -> PointR
     workers = min(load.workers, load.requests)
     context = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
-    list(pool.map(_ready, [START_SLACK_S] * workers))  # each on a process of its own, ready to send
-    start = time.perf_counter() + START_SLACK_S
-    shares = []
-    for w in range(workers):
-        mine = list(range(w, load.requests, workers))
-        users = None if load.concurrency is None else max(1, len(range(w, load.concurrency, workers)))
-        share = dataclasses.replace(load, requests=len(mine), concurrency=users, workers=1, start_at=start,
-                                    arrivals=[due[i] for i in mine] if load.open_loop else None, rate=None)
-        shares.append((share, url, [requests[i] for i in mine], metrics_url if w == 0 else ""))
-    with pool:
+    pids: list[int] = []
+    try:
+        pids = list(pool.map(_ready, [START_SLACK_S] * workers))  # each on a process of its own, ready to send
+        start = time.perf_counter() + START_SLACK_S
+        shares = []
+        for w in range(workers):
+            mine = list(range(w, load.requests, workers))
+            users = None if load.concurrency is None else max(1, len(range(w, load.concurrency, workers)))
+            share = dataclasses.replace(load, requests=len(mine), concurrency=users, workers=1, start_at=start,
+                                        arrivals=[due[i] for i in mine] if load.open_loop else None, rate=None)
+            shares.append((share, url, [requests[i] for i in mine], metrics_url if w == 0 else ""))
         parts = list(pool.map(_worker, shares))
+    except BaseException:
+        # Ctrl-C, SIGTERM: a share may wait an hour for its trace's next arrival, and a pool's shutdown waits
+        # for every share (a stop hung there, its workers left behind): the workers are killed instead.
+        for pid in set(pids):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     records = []
     for part in parts:  # every worker's times onto the point's start (one monotonic clock for the machine)
         shift = part.started - start
@@ -290,7 +303,8 @@ def _worker(share) -> PointResult:
     return asyncio.run(_run(load, url, lambda i, user: requests[i], metrics_url))
 
 
-def _ready(pause: float) -> None:
+def _ready(pause: float) -> int:
     """A worker's first task: it is started and has imported this module; held for `pause` so that every
-    worker of the pool takes one."""
+    worker of the pool takes one. Its process id (a stop kills the workers)."""
     time.sleep(pause)
+    return os.getpid()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bench_core.errors import ConfigError, error_message
+from bench_core.errors import ConfigError, error_message, from_outside
 from bench_core.workload.family import SHAPE_FIELDS, ModelSpec, Task, Workload, first_tensor
 from bench_core.workload.precision import resolve_precision
 from bench_core.workload.user_code import PREFIX, CodeRef, load, locate, on_path, sha256_of
@@ -78,7 +78,11 @@ def code_spec(inner: str) -> ModelSpec:
 @functools.lru_cache(maxsize=32)
 def _code_spec(inner: str, sha256: str | None) -> ModelSpec:
     ref, fn = load(inner, sha256)
-    params = inspect.signature(fn).parameters
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin, a C function, a callable object signature() cannot read
+        raise ConfigError("model", f"{ref.shown}: {ref.function}() has no parameters Python can read "
+                                   f"({type(fn).__name__}); expected a Python function taking batch_size") from None
     for p in params.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise ConfigError("model", f"{ref.shown}: name each parameter (no *args or **kwargs); allowed: "
@@ -119,7 +123,9 @@ class CustomTask(Task):
         params = inspect.signature(self.fn).parameters
         try:
             card = self.fn(**{k: v for k, v in given.items() if k in params})
-        except Exception as exc:  # noqa: BLE001 - the user's code, said in one line
+        except BaseException as exc:  # noqa: BLE001 - the user's code, said in one line (its sys.exit() too)
+            if from_outside(exc):
+                raise
             raised = ConfigError("model", f"{self.ref.shown}: {self.ref.function}() raised {error_message(exc)}")
             raised.by_user = True
             raise raised from None
@@ -284,7 +290,9 @@ class CustomTask(Task):
                 model.train(True)
                 model(**inputs) if isinstance(inputs, dict) else model(*inputs) if isinstance(inputs, (tuple, list)) \
                     else model(inputs)
-        except Exception:  # noqa: BLE001 - a forward meta cannot run: no activation estimate, the run goes on
+        except BaseException as exc:  # noqa: BLE001 - meta cannot run the forward: no estimate, the run goes on
+            if from_outside(exc):
+                raise
             return None
         return sum(saved.values()), "saved for the backward in one forward on the meta device"
 

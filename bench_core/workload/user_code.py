@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench_core.errors import ConfigError, error_message
+from bench_core.errors import ConfigError, error_message, from_outside
 
 PREFIX = "code"
 SYNTAX = "code:<file.py>:<function> or code:<module>:<function>"
@@ -50,10 +50,27 @@ def locate(inner: str) -> tuple[str, str, Path | None]:
                                    "(e.g. code:examples/tiny_segnet.py:build)")
     if not (where.endswith(".py") or os.sep in where or "/" in where):
         return where, function, None
-    path = Path(where).expanduser().resolve()
-    if not path.is_file():
-        raise ConfigError("model", f"code:{inner}: no such file: {where} (relative paths are from {os.getcwd()})")
-    return where, function, path
+    return where, function, _python_file(where, inner)
+
+
+def _python_file(where: str, inner: str) -> Path:
+    """The file of code:<where>:<function>: readable Python source, or one line saying what is there instead
+    (nothing, a folder, another kind of file, a file that cannot be read)."""
+    said = f"code:{inner}: "
+    try:
+        path = Path(where).expanduser().resolve()
+        kind = "file" if path.is_file() else "folder" if path.is_dir() else "other" if path.exists() else None
+        if kind == "file":  # (never a pipe: reading one would wait)
+            with path.open("rb") as source:
+                source.read(1)
+    except (OSError, ValueError) as exc:  # unreadable, a name too long, a NUL in it
+        raise ConfigError("model", said + f"cannot read {where}: {getattr(exc, 'strerror', None) or exc}") from None
+    if kind == "file" and path.suffix == ".py":
+        return path
+    if kind is None:
+        raise ConfigError("model", said + f"no such file: {where} (relative paths are from {os.getcwd()})")
+    what = {"file": "not a Python file (.py)", "folder": "a folder, not a Python file"}.get(kind, "not a regular file")
+    raise ConfigError("model", said + f"{where} is {what}; expected {SYNTAX}")
 
 
 def load(inner: str, sha256: str | None) -> tuple[CodeRef, Callable]:
@@ -68,8 +85,9 @@ def load(inner: str, sha256: str | None) -> tuple[CodeRef, Callable]:
     fn = getattr(module, function, None)
     if not callable(fn):
         defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__)
-        raise ConfigError("model", f"code:{inner}: {path.name} has no function {function!r}; "
-                                   f"its functions: {', '.join(defined) or 'none'}")
+        found = f"has no function {function!r}" if fn is None else \
+            f"holds {function!r}, but {function!r} in {path.name} is {type(fn).__name__}, not a function"
+        raise ConfigError("model", f"code:{inner}: {path.name} {found}; its functions: {', '.join(defined) or 'none'}")
     return CodeRef(name, path, function, sha256_of(path), _commit(path)), fn
 
 
@@ -89,7 +107,9 @@ def _import_file(path: Path, sha256: str, inner: str):
         sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's import, said in one line
+    except BaseException as exc:  # noqa: BLE001 - the user's import, said in one line (a sys.exit() in it too)
+        if from_outside(exc):
+            raise
         raise ConfigError("model", f"code:{inner}: importing {path.name} raised {error_message(exc)}") from None
     sys.modules[name] = module
     return module
@@ -113,7 +133,9 @@ def _import_module(where: str, inner: str):
             raise ConfigError("model", f"code:{inner}: no module {where!r} on the import path or in "
                                        f"{os.getcwd()}; expected {SYNTAX}") from None
         raise ConfigError("model", f"code:{inner}: importing {where} raised {error_message(exc)}") from None
-    except Exception as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the user's import, said in one line (a sys.exit() in it too)
+        if from_outside(exc):
+            raise
         raise ConfigError("model", f"code:{inner}: importing {where} raised {error_message(exc)}") from None
     # Children (the sweep's kernels, torchrun's workers) start elsewhere: they find the module where we did.
     root = Path(module.__file__).resolve().parents[where.count(".")] if getattr(module, "__file__", None) else None
