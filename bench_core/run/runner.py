@@ -20,6 +20,7 @@ from bench_core.errors import ConfigError, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
+from bench_core.run.optimizers import make_optimizer
 from bench_core.run.timing import StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -324,7 +325,7 @@ def _make_step(cfg, model, workload, precision: Precision, device):
                 last[0] = call(model)
         return infer_step, last
 
-    optimizer = workload.make_optimizer(model) if workload.make_optimizer else _optimizer(cfg.optimizer, model)
+    optimizer = workload.make_optimizer(model) if workload.make_optimizer else make_optimizer(cfg.optimizer, model)
     scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
     call, loss_of = workload.train_call, workload.loss
 
@@ -347,15 +348,6 @@ def _make_step(cfg, model, workload, precision: Precision, device):
         scaler.update()
         last[0] = loss
     return scaled_train_step, last
-
-
-def _optimizer(name: str, model) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-4)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4)
-    return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
 
 
 @contextlib.contextmanager
