@@ -65,7 +65,27 @@ class DetectionTask(ImageTask):
         images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
         targets = [random_target(w, h, device, generator, self.masks) for _ in range(cfg.batch_size)]
         return Workload(images, lambda losses: sum(v.float() for v in losses.values()),
-                        lambda m: m(images, targets), lambda m: m(images))
+                        lambda m: m(images, targets), lambda m: m(images), trace_call=lambda m: traced_part(m, images),
+                        trace_note="backbone and first head traced; proposals, ROI heads and box matching not (their "
+                                   "sizes depend on values)")
+
+
+def traced_part(model, images):
+    """What the memory estimate traces of a detector: the images batched as its transform batches them
+    (normalized, padded to its size_divisible; the resize is pinned to their size), through the backbone
+    (with its FPN) and the first head (R-CNN's RPN convolutions, SSD's head). The rest (proposals, the
+    ROI heads, matching boxes to targets) has sizes that depend on values, which fake tensors lack."""
+    import torch
+    step = model.transform.size_divisible
+    h, w = images[0].shape[-2:]
+    batch = torch.stack(images)
+    batch = torch.nn.functional.pad(batch, (0, -w % step, 0, -h % step))
+    mean = torch.tensor(model.transform.image_mean, device=batch.device).view(1, -1, 1, 1)
+    std = torch.tensor(model.transform.image_std, device=batch.device).view(1, -1, 1, 1)
+    features = model.backbone((batch - mean) / std)
+    levels = list(features.values()) if isinstance(features, dict) else [features]
+    head = model.rpn.head(levels) if hasattr(model, "rpn") else model.head(levels)
+    return features, head
 
 
 def random_target(w: int, h: int, device, generator, masks: bool = False) -> dict:
