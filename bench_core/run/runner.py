@@ -173,7 +173,7 @@ class Session:
         self.spec = spec = resolve_model(cfg.model)
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
-        needed = memory_estimate.estimate(task, spec, cfg, precision)  # on the meta device: nothing allocated
+        needed = memory_estimate.estimate(task, spec, cfg, precision, device.type)  # on fake tensors: nothing allocated
         run.update(needed.columns() if needed else {})
         memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
         # A variant against its fp32 eager reference, built and freed here, outside every window.
