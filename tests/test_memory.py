@@ -1,6 +1,7 @@
 """The memory estimate (`bench memory`, a row's mem_estimate_bytes): one step run on fake tensors before
 anything is allocated, against the peaks the kept H200 runs measured, the KV cache their generate rows
 measured, and the allocator's own count of a real CPU step."""
+import json
 import math
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from bench_core import BenchConfig
 from bench_core.run.memory_estimate import RESERVED_OVER_ALLOCATED, estimate
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
+from conftest import bench_here
 
 KEPT = sorted((Path(__file__).parents[1] / "gpu" / "runs").glob("h200-2026-11-27*/results.csv"))
 MARGIN = 0.30  # issue 59: every kept training row's estimate within 30 % of its measured peak
@@ -69,3 +71,21 @@ def test_the_kv_cache_is_what_the_kept_h200_generate_rows_measured():
     found = estimated(config_of(row))
     assert found.kv_cache == row["kv_cache_bytes"] and "8 sequences x (prompt 256 + 32 new - 1 = 287 positions)" in found.how
     assert abs(found.total / row["peak_mem_allocated_bytes"] - 1) <= MARGIN and found.activations > 0
+
+
+def test_bench_memory_answers_for_a_gpu_by_its_name(capsys):
+    done = bench_here(capsys, "memory", "--model", "resnet18", "--width", "64", "--height", "64", "--batch-size", "8",
+                      "--precision", "amp-bf16", "--gpu", "H100-SXM5-80GB", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["limit_bytes"] == 80 * 2**30 and answer["limit"].startswith("H100-SXM5-80GB")
+    assert answer["fits"] and answer["device_type"] == "cuda"  # CUDA's autocast, whatever this machine is
+    assert "activations" in answer["estimate"] and "not counted: cuDNN" in answer["not_counted"]
+
+
+def test_bench_memory_refuses_an_unknown_gpu_name_in_one_line(capsys):
+    done = bench_here(capsys, "memory", "--model", "resnet18", "--gpu", "H100")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and done.stdout == ""
+    assert lines[0].startswith("bench memory: error: gpu: unknown GPU 'H100' (did you mean H100-SXM5-80GB")
+    assert "allowed: " in lines[0] and "H200-SXM-141GB" in lines[0]
