@@ -89,3 +89,15 @@ def test_bench_memory_refuses_an_unknown_gpu_name_in_one_line(capsys):
     assert done.returncode == 2 and len(lines) == 1 and done.stdout == ""
     assert lines[0].startswith("bench memory: error: gpu: unknown GPU 'H100' (did you mean H100-SXM5-80GB")
     assert "allowed: " in lines[0] and "H200-SXM-141GB" in lines[0]
+
+
+def test_bench_memory_counts_the_kv_cache_of_a_serving_point_and_says_for_which_lengths(capsys):
+    done = bench_here(capsys, "memory", "--model", "llama-tiny", "--mode", "serve", "--precision", "bf16",
+                      "--concurrency", "4", "--prompt-len", "16", "--new-tokens", "8", "--gpu", "L4", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    config = resolve_model("llama-tiny").builder.config  # keys and values of each layer, bf16, per position
+    per_position = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2
+    assert "KV cache: 4 sequences x (prompt 16 + 8 new - 1 = 23 positions)" in answer["estimate"]
+    assert "(concurrency 4: the requests in flight)" in answer["estimate"]
+    assert f"KV cache {4 * 23 * per_position / 2**30:.4g} " in answer["estimate"]
