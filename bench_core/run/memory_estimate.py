@@ -39,6 +39,7 @@ class MemoryEstimate:
     kv_cache: int = 0                   # generation and serving: the keys and values the sequences cache
     how: str = ""                       # the terms as a reader checks them
     stated: bool = False                # the task's own figure (how says what it is), not counted here
+    partial: bool = False               # the traced step stopped before its end (how says where)
     phases: dict = field(default_factory=dict, compare=False)  # a traced step's total per phase (the peak: the
     #                                                            highest); what the batch search reads line by line
 
@@ -119,10 +120,11 @@ def _traced(task, spec, cfg, precision: Precision, trace: Trace, device_type: st
     how += [kv[1]] if kv else []
     how += [trace.note] if trace.note else []
     if trace.stopped_at:
-        how.append(f"stopped at {trace.stopped_at} (sizes that depend on values): counted up to it")
+        how.append(f"stopped at {trace.stopped_at}: counted up to it")
     buckets = trace.trained if cfg.parallelism == "ddp" and cfg.world_size > 1 and cfg.mode == "train" else 0
     extra = buckets + (kv[0] if kv else 0)
     return MemoryEstimate(**ranks[phase], buckets=buckets, kv_cache=kv[0] if kv else 0, how="; ".join(how),
+                          partial=trace.stopped_at is not None,
                           phases={name: sum(terms.values()) + extra for name, terms in ranks.items()})
 
 
@@ -196,26 +198,32 @@ def largest_batch_that_fits(task, spec, cfg, precision: Precision, limit_bytes: 
         return None
     if one.total > limit_bytes:
         return 0, one
-    batch = _on_the_lines(one, two, 2, limit_bytes)
+    first, low = (two, 2) if one.partial else (one, 1)  # batch 1 too small to train (BatchNorm): from 2
+    second, high = (at(4), 4) if one.partial else (two, 2)
+    batch = _on_the_lines(first, low, second, high, limit_bytes)
     if batch is None:
         return None
     for _ in range(3):
         guess = at(batch)
-        if guess.total <= limit_bytes:
+        if guess.total <= limit_bytes or batch <= high:
             break
-        batch = min(batch - 1, _on_the_lines(one, guess, batch, limit_bytes) or 1)
-    while batch > 1 and at(batch).total > limit_bytes:  # rounding of the split terms: step back to what fits
+        batch = min(batch - 1, _on_the_lines(first, low, guess, batch, limit_bytes) or 1)
+    while batch > 1 and at(batch).total > limit_bytes:  # the lines are near, not exact: step to the edge
         batch -= 1
+    for _ in range(8):
+        if at(batch + 1).total > limit_bytes:
+            break
+        batch += 1
     return batch, at(batch + 1)
 
 
-def _on_the_lines(one: MemoryEstimate, other: MemoryEstimate, batch: int, limit_bytes: int) -> int | None:
-    """The largest batch at which every phase's line through batch 1 (`one`) and `batch` (`other`) stays
-    within the limit; None where no phase grows."""
+def _on_the_lines(one: MemoryEstimate, low: int, other: MemoryEstimate, high: int, limit_bytes: int) -> int | None:
+    """The largest batch at which every phase's line through `one` (at batch `low`) and `other` (at `high`)
+    stays within the limit; None where no phase grows."""
     phases = [p for p in one.phases if p in other.phases]
-    lines = [(one.phases[p], (other.phases[p] - one.phases[p]) / (batch - 1)) for p in phases] or \
-        [(one.total, (other.total - one.total) / (batch - 1))]
-    growing = [1 + int((limit_bytes - start) // slope) for start, slope in lines if slope > 0]
+    lines = [(one.phases[p], (other.phases[p] - one.phases[p]) / (high - low)) for p in phases] or \
+        [(one.total, (other.total - one.total) / (high - low))]
+    growing = [low + int((limit_bytes - start) // slope) for start, slope in lines if slope > 0]
     return max(1, min(growing)) if growing else None
 
 

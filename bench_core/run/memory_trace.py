@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.optim.optimizer import _get_foreach_kernels_supported_devices
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -269,6 +269,9 @@ def _autocast(precision: Precision, device_type: str):
 
 
 def _op_name(exc: BaseException) -> str:
-    """'aten.nonzero.default' from a fake tensor's refusal; the exception's type otherwise."""
-    func = getattr(exc, "func", None)
-    return str(func) if func is not None else f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+    """Where and why a trace stopped: an op whose output fake tensors cannot know ('aten.nonzero.default:
+    its output depends on values'), or the step's own error."""
+    if isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)):
+        return f"{exc.func}: its output depends on values"
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
