@@ -101,3 +101,16 @@ def test_bench_memory_counts_the_kv_cache_of_a_serving_point_and_says_for_which_
     assert "KV cache: 4 sequences x (prompt 16 + 8 new - 1 = 23 positions)" in answer["estimate"]
     assert "(concurrency 4: the requests in flight)" in answer["estimate"]
     assert f"KV cache {4 * 23 * per_position / 2**30:.4g} " in answer["estimate"]
+
+
+def test_the_reports_memory_table_sets_todays_estimate_beside_each_kept_training_peak():
+    # The kept rows carry the estimate of their day (ResNet-50: 0.29 GiB against 52 measured: no activations);
+    # the report's table estimates them again from their own configuration, and says so.
+    from bench_core.summary.load import load_results
+    from bench_core.summary.memory_table import estimate_table
+    res = load_results([KEPT[-1].parent])
+    table = estimate_table(res.ok[res.ok["mode"] == "train"])
+    assert set(table["model"]) == {"resnet50", "llama-1b"} and len(table) == 6
+    assert table["when"].str.startswith("again, by today's estimator (at run time: ").all()
+    assert table["how"].str.contains("traced on fake tensors").all()
+    assert table["ratio"].between(1 - MARGIN, 1 + MARGIN).all(), table[["model", "precision", "ratio"]]
