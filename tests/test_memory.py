@@ -164,3 +164,28 @@ def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(cha
     found = estimated(cfg, device_type="cpu")
     allocated, batch = allocated_by_a_cpu_step(cfg)
     assert found.total - found.parameters - found.optimizer - batch == pytest.approx(allocated, rel=0.10), found.text()
+
+
+def test_on_the_cpu_the_trace_runs_autocast_as_cuda_does():
+    # torch's autocast lists (aten/src/ATen/autocast_mode.cpp) differ by device: CUDA runs norms, softmax and
+    # upsampling in float32 and 3D pooling in the input's dtype, the CPU the other way round. The trace of a GPU
+    # configuration runs on CPU fake tensors under CPU autocast, corrected to CUDA's lists by CudaAutocast.
+    import torch
+    import torch.nn.functional as F
+
+    from bench_core.run.autocast_rules import CudaAutocast
+    half, volume = torch.randn(2, 4, 8, 8, dtype=torch.bfloat16), torch.randn(1, 2, 4, 4, 4, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (F.group_norm(half, 2).dtype, F.max_pool3d(volume, 2).dtype) == (torch.bfloat16, torch.float32)
+        with CudaAutocast(torch.bfloat16):
+            assert F.group_norm(half, 2).dtype == F.layer_norm(half, (8,)).dtype == torch.float32
+            assert F.softmax(half, -1).dtype == F.interpolate(half, scale_factor=2.0).dtype == torch.float32
+            assert F.max_pool3d(volume, 2).dtype == torch.bfloat16
+            assert torch.mv(torch.randn(3, 3), torch.randn(3)).dtype == torch.bfloat16
+            assert F.conv2d(half.float(), torch.randn(4, 4, 3, 3)).dtype == torch.bfloat16  # both lists lower it
+            with torch.autocast("cpu", enabled=False):  # a region the model keeps out of autocast stays out
+                assert F.group_norm(half, 2).dtype == torch.bfloat16
+    # So a UNet's GroupNorm keeps float32 copies of its half inputs for the backward on a GPU, not on the CPU
+    spec, cfg = resolve_model("sd-unet-tiny"), BenchConfig(model="sd-unet-tiny", precision="amp-bf16", batch_size=8)
+    gpu, cpu = (estimate(spec.task, spec, cfg, resolve_precision("amp-bf16"), kind) for kind in ("cuda", "cpu"))
+    assert gpu.activations > 1.2 * cpu.activations and "autocast bfloat16 as cuda applies it" in gpu.how

@@ -257,7 +257,8 @@ def _bound_by_estimate(search: BatchSearch, cfg: BenchConfig, device) -> None:
     if limit is None:
         return
     spec = resolve_model(cfg.model)
-    found = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, resolve_precision(cfg.precision), limit)
+    found = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, resolve_precision(cfg.precision), limit,
+                                                    device.type)
     if found is None:
         return
     search.estimate_bound, beyond = found
