@@ -55,7 +55,8 @@ def main(args: argparse.Namespace) -> int:
     gpu = spec(args.gpu, "gpu", required=("memory_gb",)) if args.gpu else None
     cfg = config_from_args(args)
     model = resolve_model(cfg.model)
-    device_type = "cuda" if gpu else resolve_device("auto").type if cfg.device == "auto" else torch.device(cfg.device).type
+    named = resolve_device("auto") if cfg.device == "auto" else torch.device(cfg.device)  # (not opened here)
+    device_type = "cuda" if gpu else named.type
     found = estimate(model.task, model, cfg, resolve_precision(cfg.precision), device_type)
     if gpu:
         # A datasheet's "80 GB" of HBM is 80 GiB; CUDA shows about 1 % less (the kept H200: 139.8 of 141).

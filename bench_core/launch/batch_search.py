@@ -109,7 +109,8 @@ class BatchSearch:
                 else f"reached the per-rank memory estimate's bound {self.max_batch_size} ({self.estimate_note})"
                 if self.estimate_bound == self.max_batch_size
                 else f"reached the cap max_batch_size {self.max_batch_size}")
-        margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok else ""
+        margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok \
+            else ""
         start = f"; first probe {self.estimate_start} from the memory estimate" if self.estimate_start else ""
         return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin}{start})"
 

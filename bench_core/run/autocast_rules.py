@@ -70,3 +70,7 @@ class CudaAutocast(TorchFunctionMode):
             with torch.autocast("cpu", enabled=False):
                 return func(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+# The device types whose autocast lists differ from the CPU's, and the mode that corrects them (MPS: the CPU's).
+AUTOCAST_RULES = {"cuda": CudaAutocast}

@@ -26,7 +26,7 @@ from torch.optim.optimizer import _get_foreach_kernels_supported_devices
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from bench_core.run.autocast_rules import CudaAutocast
+from bench_core.run.autocast_rules import AUTOCAST_RULES
 from bench_core.run.optimizers import make_optimizer
 from bench_core.run.sharding import Layout, checkpoint_blocks
 from bench_core.workload.family import SHAPE_FIELDS
@@ -35,12 +35,10 @@ from bench_core.workload.precision import Precision
 TERMS = ("parameters", "gradients", "optimizer", "activations", "transient", "weight_casts")
 # weight_casts: autocast's half-precision copies of the parameters, made in the forward and kept for the
 # backward (what FSDP's mixed precision gathers a block at a time instead)
+PHASES = {"forward": "activations", "backward": "transient", "step": "transient"}  # and what each phase makes
 ROUNDING = 512  # the CUDA caching allocator's smallest block: every allocation is a multiple of it
 KEPT_TRACES = 64
 _TRACES: dict[tuple, "Trace"] = {}
-
-
-PHASES = {"forward": "activations", "backward": "transient", "step": "transient"}  # and what each phase makes
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,7 @@ def trace_step(task, spec, cfg, precision: Precision, device_type: str) -> Trace
     layout = Layout.of(cfg)
     key = (id(spec), spec.name, cfg.mode, cfg.batch_size, *(getattr(cfg, name) for name in SHAPE_FIELDS),
            cfg.channels_last, cfg.optimizer, cfg.activation_checkpointing, cfg.world_size, layout.shard, layout.tp,
-           cfg.concurrency, precision.cast_dtype, precision.autocast_dtype, device_type)
+           precision.cast_dtype, precision.autocast_dtype, device_type)
     if key not in _TRACES:
         if len(_TRACES) >= KEPT_TRACES:
             _TRACES.pop(next(iter(_TRACES)))
@@ -187,8 +185,8 @@ def _trace(task, spec, cfg, precision: Precision, device_type: str) -> Trace:
     if stopped and train:  # no backward ran: its gradients are at least the trained parameters'
         phases = {phase: {**terms, "gradients": trained} for phase, terms in phases.items()}
     blocks = [_bytes(block.parameters()) for blocks in lists for block in blocks]
-    return Trace(phases=phases or {"forward": dict(live.bytes)}, saved=saved, trained=trained, blocks=sum(blocks), largest_block=max(blocks, default=0),
-                 stopped_at=stopped, note=workload.trace_note)
+    return Trace(phases=phases or {"forward": dict(live.bytes)}, saved=saved, trained=trained, blocks=sum(blocks),
+                 largest_block=max(blocks, default=0), stopped_at=stopped, note=workload.trace_note)
 
 
 def _bytes(tensors) -> int:
@@ -253,18 +251,20 @@ def _run(model, call, loss_of, optimizer, live: LiveBytes, precision: Precision,
 
 def _sum_of_means(output):
     """A scalar that every floating output of a trace_call takes part in (so the backward reaches all of it)."""
-    return sum(t.float().mean() for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor) and t.is_floating_point())
+    return sum(t.float().mean() for t in tree_flatten(output)[0]
+               if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
 def _autocast(precision: Precision, device_type: str):
-    """The step's autocast on the fake CPU tensors: the CPU's own lists, corrected to CUDA's for a GPU."""
+    """The step's autocast on the fake CPU tensors: the CPU's own lists, corrected to the device's where
+    they differ (AUTOCAST_RULES: CUDA's)."""
     if not precision.autocast_dtype:
         return contextlib.nullcontext()
     dtype = getattr(torch, precision.autocast_dtype)
     stack = contextlib.ExitStack()
     stack.enter_context(torch.autocast("cpu", dtype=dtype))
-    if device_type == "cuda":
-        stack.enter_context(CudaAutocast(dtype))
+    if device_type in AUTOCAST_RULES:
+        stack.enter_context(AUTOCAST_RULES[device_type](dtype))
     return stack
 
 

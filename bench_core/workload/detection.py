@@ -65,7 +65,8 @@ class DetectionTask(ImageTask):
         images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
         targets = [random_target(w, h, device, generator, self.masks) for _ in range(cfg.batch_size)]
         return Workload(images, lambda losses: sum(v.float() for v in losses.values()),
-                        lambda m: m(images, targets), lambda m: m(images), trace_call=lambda m: traced_part(m, images, BOXES_PER_IMAGE),
+                        lambda m: m(images, targets), lambda m: m(images),
+                        trace_call=lambda m: traced_part(m, images, BOXES_PER_IMAGE),
                         trace_note="traced: backbone, heads over the most regions they take; not: choosing the "
                                    "regions (sizes that depend on values)")
 

@@ -197,7 +197,8 @@ class TextTask(Task):
         if self.encoder_decoder:
             tokens, cross, how = cfg.new_tokens, cfg.prompt_len, f"start token + {cfg.new_tokens} new - 1"
         else:
-            tokens, cross, how = cfg.prompt_len + cfg.new_tokens - 1, 0, f"prompt {cfg.prompt_len} + {cfg.new_tokens} new - 1"
+            tokens, cross = cfg.prompt_len + cfg.new_tokens - 1, 0
+            how = f"prompt {cfg.prompt_len} + {cfg.new_tokens} new - 1"
         return shape.kv_cache_bytes(spec.builder.hf_config(), sequences, tokens, dtype_bytes, cross, how)
 
     def transformer_blocks(self, model) -> list:

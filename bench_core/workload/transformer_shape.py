@@ -144,5 +144,6 @@ def kv_cache_bytes(config, sequences: int, tokens: int, dtype_bytes: int, cross_
     positions = tokens + cross_tokens
     cross = f" + {cross_tokens} encoder positions (cross-attention)" if cross_tokens else ""
     tokens_how = f"{tokens_how} = " if tokens_how else ""
-    return sequences * positions * per_token, (f"KV cache: {sequences} sequences x ({tokens_how}{tokens} positions{cross}) x "
-                                               f"{layers} layers x 2 x {kv_heads} KV heads x {head_dim} x {dtype_bytes} B")
+    return sequences * positions * per_token, (f"KV cache: {sequences} sequences x ({tokens_how}{tokens} positions"
+                                               f"{cross}) x {layers} layers x 2 x {kv_heads} KV heads x {head_dim} x "
+                                               f"{dtype_bytes} B")
