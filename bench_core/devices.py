@@ -323,10 +323,6 @@ class Backend:
         free, limited = psutil.virtual_memory().available, cgroup_free_bytes()
         return (free if limited is None else min(free, limited)) // max(processes_on_node, 1)
 
-    def plan_memory_bytes(self, processes_on_node: int = 1) -> int | None:
-        """The memory a batch search plans one process for, read without taking any: its share of what is free."""
-        return self.free_memory_bytes(processes_on_node)
-
     def in_use_bytes(self) -> int:
         """What the peak columns count from, now: torch's allocated bytes, else (CPU) the process's RSS."""
         return psutil.Process().memory_info().rss if self.allocated_bytes() is None else self.allocated_bytes()
@@ -386,10 +382,6 @@ class CudaBackend(Backend):
 
     def free_memory_bytes(self, processes_on_node: int = 1) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0]  # cudaMemGetInfo: what this process can still allocate
-
-    def plan_memory_bytes(self, processes_on_node: int = 1) -> int | None:
-        # Each process its own GPU, its size from its properties: what is free would take a context here
-        return torch.cuda.get_device_properties(self.device).total_memory
 
     def is_oom(self, exc: BaseException) -> bool:
         # super() also takes the cuBLAS / cuDNN ALLOC_FAILED statuses (is_library_alloc_failure)

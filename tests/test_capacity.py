@@ -198,7 +198,7 @@ def test_find_batch_without_a_start_first_probes_the_largest_batch_its_memory_es
     spec = resolve_model(cfg.model)
     at_24 = estimate(spec.task, spec, cfg.replace(batch_size=24), resolve_precision("fp32"), "cpu").total
     size = math.ceil((at_24 + 1024) * RESERVED_OVER_ALLOCATED)
-    monkeypatch.setattr(Backend, "plan_memory_bytes", lambda self, processes_on_node=1: size)
+    monkeypatch.setattr(Backend, "free_memory_bytes", lambda self, processes_on_node=1: size)
     search = find_max_batch(cfg, max_batch_size=32, start_batch_size=None)
     assert [(p.batch_size, p.status) for p in search.probes] == [(24, "ok"), (32, "ok")]
     assert search.estimate_start == 24 and search.summary().endswith("first probe 24 from the memory estimate)")

@@ -35,6 +35,9 @@ ALLOWED_IN_FUNCTION = {
     # The report command's module (pandas, scipy, matplotlib: 0.7 s), imported by bench sweep only when
     # it makes a report: every sweep and SLURM task started that much later, --no-report or not.
     ("bench_core.cli.sweep", "bench_core.summary.report"),
+    # The Memory table estimates again the rows recorded before the step was traced (the kept GPU runs): the
+    # estimator is torch code, imported only for a report with such rows, not by every report's kernel.
+    ("bench_core.summary.memory_table", "bench_core.run.memory_estimate"),
 }
 
 

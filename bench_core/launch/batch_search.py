@@ -272,7 +272,9 @@ def _start_from_estimate(search: BatchSearch, cfg: BenchConfig, device, max_batc
     """The first probe: the largest batch whose memory estimate fits the device's memory (what is free here;
     a GPU's size) less the caching allocator's headroom (RESERVED_OVER_ALLOCATED), so that it most likely
     runs and the search only grows past it and bisects; 1 where there is no estimate or no size."""
-    limit = Backend.for_device(device).plan_memory_bytes(cfg.nproc_per_node)
+    # A GPU's size (from its properties: its free memory would open a CUDA context here), else what is free here
+    limit = environment.collect(device).get("gpu_memory_bytes") or \
+        Backend.for_device(device).free_memory_bytes(cfg.nproc_per_node)
     spec = resolve_model(cfg.model)
     found = memory_estimate.largest_batch_that_fits(
         spec.task, spec, cfg, resolve_precision(cfg.precision),

@@ -9,7 +9,6 @@ import math
 import pandas as pd
 
 from bench_core.config.schema import BenchConfig
-from bench_core.run.memory_estimate import RESERVED_OVER_ALLOCATED, estimate
 from bench_core.summary.html import drop_constant, note, paragraph, show_table
 from bench_core.summary.text import sig_text
 from bench_core.workload.models import resolve_model
@@ -36,6 +35,8 @@ def config_of_row(row) -> BenchConfig:
 def estimate_again(row) -> tuple[float, str] | None:
     """Today's estimate of a row's configuration, on the device type it ran on: for rows whose own estimate
     was made before the step was traced (it left out activations). None where it cannot be made."""
+    # torch (2 s of a report's CPU): imported only for a report with such rows
+    from bench_core.run.memory_estimate import estimate
     try:
         cfg = config_of_row(row)
         spec = resolve_model(cfg.model)
@@ -79,9 +80,8 @@ def show_estimates(ok: pd.DataFrame) -> None:
               "on fake tensors, its peak counted op by op (parameters, gradients, optimizer state, the activations "
               "autograd keeps at the precision autocast gives them, the transients around the peak), beside the "
               "peak torch allocated on a GPU. Not counted: cuDNN and cuBLAS workspaces (a small inference step shows "
-              "them: measured / estimate above 1) and the allocator's cached blocks (the reserved memory, up to "
-              f"{RESERVED_OVER_ALLOCATED:.2f}x the allocated peak on the kept H200 training rows). Below 1, the "
-              "estimate is too high.")
+              "them: measured / estimate above 1) and the allocator's cached blocks (the reserved memory, above the "
+              "allocated peak: `bench memory` states by how much). Below 1, the estimate is too high.")
     columns = {"machine": "machine", "model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch",
                "input_shape": "input", "channels_last": "channels_last", "compile": "compile",
                "parallelism": "parallelism", "activation_checkpointing": "checkpointing", "world_size": "devices",
