@@ -187,6 +187,23 @@ def test_find_batch_cli_stops_at_the_cap_and_records_the_search(isolate, tmp_pat
     assert json.loads(record.read_text())["largest_ok"] == 2
 
 
+def test_find_batch_without_a_start_first_probes_the_largest_batch_its_memory_estimate_fits(monkeypatch):
+    # A device of a given size (a stand-in for a GPU's): the first probe is the largest batch whose estimate
+    # fits it less the allocator's headroom, and the search grows from there, not from 1.
+    from bench_core.devices import Backend
+    from bench_core.run.memory_estimate import RESERVED_OVER_ALLOCATED, estimate
+    from bench_core.workload.models import resolve_model
+    from bench_core.workload.precision import resolve_precision
+    cfg = BenchConfig(model="resnet18", width=32, height=32, device="cpu")
+    spec = resolve_model(cfg.model)
+    at_24 = estimate(spec.task, spec, cfg.replace(batch_size=24), resolve_precision("fp32"), "cpu").total
+    size = math.ceil((at_24 + 1024) * RESERVED_OVER_ALLOCATED)
+    monkeypatch.setattr(Backend, "free_memory_bytes", lambda self, processes_on_node=1: size)
+    search = find_max_batch(cfg, max_batch_size=32, start_batch_size=None)
+    assert [(p.batch_size, p.status) for p in search.probes] == [(24, "ok"), (32, "ok")]
+    assert search.estimate_start == 24 and search.summary().endswith("first probe 24 from the memory estimate)")
+
+
 def test_find_batch_stops_on_an_error_that_is_not_out_of_memory():
     search = find_max_batch(BenchConfig(model="test_broken_cnn", width=32, height=32, device="cpu"), max_batch_size=8)
     assert search.stopped == "error" and search.batch_size is None
@@ -198,7 +215,7 @@ def test_find_batch_grows_past_a_batch_too_small_for_batchnorm_to_train(capsys):
     """resnet18 at 32 px ends in 1x1 maps: at batch 1 BatchNorm has one value per channel and torch
     refuses to train. That size is too small, not the edge: the search grows past it."""
     code = bench(["find-batch", "--model", "resnet18", "--width", "32", "--height", "32", "--device", "cpu",
-                  "--max-batch-size", "2", "--json"])
+                  "--batch-size", "1", "--max-batch-size", "2", "--json"])
     printed = json.loads(capsys.readouterr().out)
     assert code == 0 and printed["stopped"] == "max" and printed["batch_size"] == 2
     assert [(p["batch_size"], p["status"]) for p in printed["probes"]] == [(1, "too-small"), (2, "ok")]
@@ -206,12 +223,13 @@ def test_find_batch_grows_past_a_batch_too_small_for_batchnorm_to_train(capsys):
 
 def test_batch_size_max_is_an_explicit_search_and_rows_keep_requested_and_actual():
     cfg = BenchConfig(model="test_tiny_cnn", steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu")
-    search, rows = run_at_max_batch(cfg, max_batch_size=4)
-    assert search.stopped == "max" and [p.batch_size for p in search.probes] == [1, 2, 4]
+    search, rows = run_at_max_batch(cfg, max_batch_size=4)  # the memory estimate fits far more than 4 here
+    assert search.stopped == "max" and [p.batch_size for p in search.probes] == [4]
     assert [(r["status"], r["batch_size_requested"], r["batch_size_actual"]) for r in rows] == [("ok", "max", 4)] * 2
     # The rows belong to the configuration as asked for (batch max), and carry the whole search.
     assert {r["config_hash"] for r in rows} == {cfg.replace(batch_size="max").config_hash()}
-    assert rows[0]["batch_search"] == "batch search: 4 ran, reached the cap max_batch_size 4 (probes: 1 ok, 2 ok, 4 ok)"
+    assert rows[0]["batch_search"] == ("batch search: 4 ran, reached the cap max_batch_size 4 (probes: 4 ok; first "
+                                       "probe 4 from the memory estimate)")
     # Nothing fits (here: an error at batch 1): one failure row, no run.
     _, rows = run_at_max_batch(BenchConfig(model="test_broken_cnn", width=32, height=32, device="cpu"), max_batch_size=4)
     assert [(r["status"], r["batch_size_requested"], r["batch_size_actual"]) for r in rows] == [("error", "max", None)]

@@ -12,7 +12,7 @@ import pytest
 from bench_core import BenchConfig, ConfigError, run_benchmark
 from bench_core.launch import torchrun
 from bench_core.summary.load import load_results
-from bench_core.summary.speed import estimate_table
+from bench_core.summary.memory_table import estimate_table
 from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -38,6 +38,9 @@ ALLOWED_IN_FUNCTION = {
     # Mode serve's own module and its HTTP client (aiohttp): 0.3-0.5 s of every kernel's and bench process's
     # start, where most never serve.
     ("bench_core.launch.dispatch", "bench_core.launch.engine_server"),
+    # The Memory table estimates again the rows recorded before the step was traced (the kept GPU runs): the
+    # estimator is torch code, imported only for a report with such rows, not by every report's kernel.
+    ("bench_core.summary.memory_table", "bench_core.run.memory_estimate"),
 }
 
 

@@ -108,6 +108,12 @@ def test_generate_times_prefill_and_decode_apart_and_they_add_up():
     config = REGISTRY["llama-tiny"].builder.config
     per_position = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 4
     assert row["kv_cache_bytes"] == per_position * batch * (prompt + new - 1)
+    # The memory estimate's KV cache (bench memory, mem_estimate) is what generate measured
+    spec = REGISTRY["llama-tiny"]
+    assert spec.task.kv_cache_bytes(spec, BenchConfig(**{**TINY_TEXT, "model": "llama-tiny", "mode": "generate",
+                                                       "prompt_len": prompt, "new_tokens": new}), batch, 4)[0] == \
+        row["kv_cache_bytes"]
+    assert f"KV cache: {batch} sequences x (prompt {prompt} + {new} new - 1" in row["mem_estimate"]
     assert row["flops_method"].startswith("formula: prefill")
     assert row["flops_per_sample"] == pytest.approx(row["flops_per_sample_counted"], rel=FORMULA_MARGIN)
 

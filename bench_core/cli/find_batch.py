@@ -26,7 +26,8 @@ UNUSED = ("steps", "warmup_steps", "repeats", "min_seconds", "profile")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = f"""Grows the batch (x2 from --batch-size, default 1) until out of memory or --max-batch-size
+    p.epilog = f"""Grows the batch (x2 from --batch-size; without it, from the largest batch whose memory estimate,
+as bench memory makes it, fits the device's memory less the allocator's headroom, else 1) until out of memory or --max-batch-size
 (default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
 --batch-margin (default 10%) below the largest that ran, and bisection stops at half that margin;
 --batch-margin 0 gives the exact edge. Each probe is a real run of 3 steps (train: forward,
@@ -55,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
     check_runnable(cfg)
     if args.out:
         check_writable(args.out)
-    start = 1 if getattr(args, "batch_size", None) is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
+    # No --batch-size: the first probe is the largest batch the memory estimate fits (1 where it has none)
+    start = None if getattr(args, "batch_size", None) is None or cfg.batch_size == MAX_BATCH else cfg.batch_size
     search = find_max_batch(cfg, start_batch_size=start, isolate=args.isolate, progress=progress_printer(args))
     if args.out:
         path = write_json(Path(args.out) / "find-batch", cfg, search.to_dict())

@@ -6,6 +6,10 @@ probe a run of all its processes (torchrun) at one per-rank batch: a probe out o
 out of memory for the configuration, so every rank runs the batch found. Its per-rank memory estimate
 (run/memory_estimate.py) bounds the search first, where the free memory is known without taking any of it
 (CPU: the node's available memory shared by its processes): a batch beyond it is not tried.
+
+Without a start batch (find-batch without --batch-size, `batch_size: max`), the first probe is the largest batch
+whose estimate fits the device's memory less the caching allocator's headroom: the search grows and bisects from
+near the edge instead of doubling up from 1.
 """
 from __future__ import annotations
 
@@ -81,6 +85,7 @@ class BatchSearch:
     isolated: bool = False             # each probe ran in a fresh process
     estimate_bound: int | None = None  # several processes: the largest batch whose per-rank estimate fits
     estimate_note: str | None = None   # the estimate that bounded it (of the batch after it) and the limit
+    estimate_start: int | None = None  # the first probe, from the memory estimate (no start batch given)
     probes: list[BatchProbe] = field(default_factory=list)
 
     @property
@@ -106,8 +111,10 @@ class BatchSearch:
                 else f"reached the per-rank memory estimate's bound {self.max_batch_size} ({self.estimate_note})"
                 if self.estimate_bound == self.max_batch_size
                 else f"reached the cap max_batch_size {self.max_batch_size}")
-        margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok else ""
-        return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin})"
+        margin = f"; batch_margin {self.batch_margin:.0%} -> {self.batch_size}" if self.batch_size != self.largest_ok \
+            else ""
+        start = f"; first probe {self.estimate_start} from the memory estimate" if self.estimate_start else ""
+        return f"batch search: {self.largest_ok} ran, {edge} (probes: {trail}{margin}{start})"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -136,10 +143,10 @@ class BatchSearch:
         return "\n".join(lines)
 
 
-def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_batch_size: int = 1,
+def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_batch_size: int | None = 1,
                    isolate: bool = False, progress: Progress | None = None) -> BatchSearch:
     """Search the largest per-device batch of `cfg` that runs, up to `max_batch_size` (default:
-    cfg.max_batch_size); cfg.batch_size is ignored.
+    cfg.max_batch_size), from `start_batch_size` (None: from the memory estimate); cfg.batch_size is ignored.
 
     When an out-of-memory bounds the search, the size to run is cfg.batch_margin below the
     largest that ran (a probe is 3 steps in a fresh state; a benchmark runs longer, beside
@@ -153,8 +160,8 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
     probe in a fresh process instead, like a sweep's runs, at the cost of an import per probe.
     """
     max_batch_size = check_int("max_batch_size", cfg.max_batch_size if max_batch_size is None else max_batch_size, 1)
-    start_batch_size = check_int("batch_size", start_batch_size, 1)
-    if start_batch_size > max_batch_size:
+    start_batch_size = check_int("batch_size", start_batch_size, 1) if start_batch_size is not None else None
+    if start_batch_size is not None and start_batch_size > max_batch_size:
         raise ConfigError("batch_size", f"the search starts at {start_batch_size}, above max_batch_size "
                                         f"{max_batch_size}")
     check_spread_search(cfg)
@@ -170,6 +177,8 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
             return search
         max_batch_size = search.max_batch_size
         isolate = False
+    if start_batch_size is None:
+        start_batch_size = _start_from_estimate(search, cfg, device, max_batch_size)
 
     def ran(batch: int, purpose: str = "search") -> bool | None:
         """True: it ran; False: out of memory; None: too small to train (grow past it)."""
@@ -252,13 +261,31 @@ def _bound_by_estimate(search: BatchSearch, cfg: BenchConfig, device) -> None:
     if limit is None:
         return
     spec = resolve_model(cfg.model)
-    found = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, resolve_precision(cfg.precision), limit)
+    found = memory_estimate.largest_batch_that_fits(spec.task, spec, cfg, resolve_precision(cfg.precision), limit,
+                                                    device.type)
     if found is None:
         return
     search.estimate_bound, beyond = found
     search.estimate_note = (f"batch {search.estimate_bound + 1 if search.estimate_bound else 1}: {beyond.text()}; "
                             f"{limit / memory_estimate.GIB:.4g} GiB free per rank of {cfg.nproc_per_node}")
     search.max_batch_size = max(1, min(search.max_batch_size, search.estimate_bound))
+
+
+def _start_from_estimate(search: BatchSearch, cfg: BenchConfig, device, max_batch_size: int) -> int:
+    """The first probe: the largest batch whose memory estimate fits the device's memory (what is free here;
+    a GPU's size) less the caching allocator's headroom (RESERVED_OVER_ALLOCATED), so that it most likely
+    runs and the search only grows past it and bisects; 1 where there is no estimate or no size."""
+    # A GPU's size (from its properties: its free memory would open a CUDA context here), else what is free here
+    limit = environment.collect(device).get("gpu_memory_bytes") or \
+        Backend.for_device(device).free_memory_bytes(cfg.nproc_per_node)
+    spec = resolve_model(cfg.model)
+    found = memory_estimate.largest_batch_that_fits(
+        spec.task, spec, cfg, resolve_precision(cfg.precision),
+        int(limit / memory_estimate.RESERVED_OVER_ALLOCATED), device.type) if limit else None
+    if not found or not found[0]:
+        return 1
+    search.estimate_start = min(found[0], max_batch_size)
+    return search.estimate_start
 
 
 def _probe(cfg: BenchConfig, batch_size: int, purpose: str = "search", isolate: bool = False) -> BatchProbe:
@@ -368,7 +395,7 @@ def run_at_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, isolat
     """
     cfg = cfg.replace(batch_size=MAX_BATCH)  # what was asked for, whatever batch cfg named
     say = progress or (lambda msg: None)
-    search = find_max_batch(cfg, max_batch_size=max_batch_size, isolate=isolate, progress=say)
+    search = find_max_batch(cfg, max_batch_size=max_batch_size, start_batch_size=None, isolate=isolate, progress=say)
     say(search.summary())
     if not search.ok:
         rows = [_failure(cfg, "oom" if search.stopped == "none-fit" else "error", search.summary(),

@@ -69,16 +69,23 @@ def predictable_names() -> list[str]:
     return [s.gpu for s in specs() if s.predictable()]
 
 
-def spec(name: str, field_name: str = "gpu") -> Spec:
-    """The spec sheet of a GPU by short name (case-insensitive); bad input names the allowed ones."""
+def names_with(required: tuple[str, ...]) -> list[str]:
+    """The GPUs whose sheet has every quantity of `required` (REQUIRED: the predictable ones)."""
+    return predictable_names() if required == REQUIRED else [s.gpu for s in specs() if
+                                                              all(s.number(q) for q in required)]
+
+
+def spec(name: str, field_name: str = "gpu", required: tuple[str, ...] = REQUIRED) -> Spec:
+    """The spec sheet of a GPU by short name (case-insensitive) that has the `required` quantities (a
+    prediction's by default; `bench memory` needs only memory_gb); bad input names the allowed ones."""
     for s in specs():
         if s.gpu.lower() == name.strip().lower():
-            if not s.predictable():
-                missing = [q for q in REQUIRED if not s.number(q)]
-                raise ConfigError(field_name, f"{s.gpu} has no {', '.join(missing)} in gpu_peaks.csv; "
-                                              f"allowed: {', '.join(predictable_names())}")
+            missing = [q for q in required if not s.number(q)]
+            if missing or (required == REQUIRED and not s.predictable()):
+                raise ConfigError(field_name, f"{s.gpu} has no {', '.join(missing or ['fp32'])} in gpu_peaks.csv; "
+                                              f"allowed: {', '.join(names_with(required))}")
             return s
-    names = predictable_names()
+    names = names_with(required)
     guesses = [n for n in names if name.strip().lower() in n.lower()] or \
         difflib.get_close_matches(name.strip(), names, n=2, cutoff=0.5)
     hint = f" (did you mean {' or '.join(guesses[:3])}?)" if name.strip() and guesses else ""

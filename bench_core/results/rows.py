@@ -159,13 +159,16 @@ _MEASURED = [
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
     ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),
-    ("mem_estimate_bytes", "bytes one rank was estimated to need before anything was allocated: parameters "
-                           "(counted on the meta device), for training gradients, optimizer state (sgd 1, adam and "
-                           "adamw 2 per parameter, in its dtype), DDP's gradient buckets and the activations where "
-                           "the task states them, divided as the parallelism divides them (see mem_estimate); "
-                           "compare with peak_mem_allocated_bytes (CUDA) or peak_rss_bytes (CPU: it also counts "
-                           "the process's libraries)"),
-    ("mem_estimate", "the estimate's terms in GiB and how each was found"),
+    ("mem_estimate_bytes", "bytes one rank was estimated to need at its peak before anything was allocated: one "
+                           "step run on fake tensors (no memory), every tensor counted until freed: parameters, "
+                           "gradients, optimizer state, the activations autograd keeps (in half precision where "
+                           "the device's autocast makes them so), transients; generate and serve add the KV "
+                           "cache; divided as the parallelism divides them (see mem_estimate). Where the step "
+                           "cannot be traced, parameters and the activations the family states. Compare with "
+                           "peak_mem_allocated_bytes (CUDA; workspaces and the allocator's cache not counted) or "
+                           "peak_rss_bytes (CPU: it also counts the process's libraries)"),
+    ("mem_estimate", "the estimate's terms in GiB at the peak and how each was found (the phase the peak is in, "
+                     "the KV cache's sequences and positions, what a trace left out)"),
     ("mem_before_build_bytes", "memory in use just before the model was built, what the peak columns count from: "
                                "torch's allocated bytes (CUDA), the process's RSS (CPU); the peak minus this is "
                                "what the run added, to set beside mem_estimate_bytes"),

@@ -20,6 +20,7 @@ from bench_core.errors import ConfigError, from_outside, interrupted_by, when_st
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
+from bench_core.run.optimizers import make_optimizer
 from bench_core.run.timing import Phases, StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -189,8 +190,8 @@ class Session:
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
         phases = self.phases
-        with phases("memory_estimate"):
-            needed = memory_estimate.estimate(task, spec, cfg, precision)  # on the meta device: nothing allocated
+        with phases("memory_estimate"):  # on fake tensors: nothing allocated
+            needed = memory_estimate.estimate(task, spec, cfg, precision, device.type)
         run.update(needed.columns() if needed else {})
         memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
         # A variant against its fp32 eager reference, built and freed here, outside every window.
@@ -336,7 +337,7 @@ def _make_step(cfg, model, workload, precision: Precision, device, mode: str | N
                 last[0] = call(model)
         return infer_step, last
 
-    optimizer = workload.make_optimizer(model) if workload.make_optimizer else _optimizer(cfg.optimizer, model)
+    optimizer = workload.make_optimizer(model) if workload.make_optimizer else make_optimizer(cfg.optimizer, model)
     scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
     call, loss_of = workload.train_call, workload.loss
 
@@ -359,15 +360,6 @@ def _make_step(cfg, model, workload, precision: Precision, device, mode: str | N
         scaler.update()
         last[0] = loss
     return scaled_train_step, last
-
-
-def _optimizer(name: str, model) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-4)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4)
-    return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
 
 
 @contextlib.contextmanager

@@ -74,7 +74,7 @@ def wrap(model: torch.nn.Module, task, cfg, precision: Precision, device: torch.
     if layout.tp > 1:
         _tensor_parallel(lists, task.tensor_parallel_plan(model), mesh["tp"])
     if cfg.activation_checkpointing != "none":
-        _checkpoint(lists, cfg.activation_checkpointing)
+        checkpoint_blocks(lists, cfg.activation_checkpointing)
     sharded = layout.parallelism in ("fsdp", "hsdp", "fsdp-tp") and layout.replicate * layout.shard > 1
     if sharded:  # (HSDP on one process per node still shards: its mesh's replicate dimension all-reduces)
         policy, facts["mixed_precision"], precision = _policy(precision)
@@ -106,7 +106,7 @@ def _tensor_parallel(lists, plan: dict[str, str] | None, mesh) -> None:
             parallelize_module(block, mesh, {name: styles[style]() for name, style in plan.items()})
 
 
-def _checkpoint(lists, kind: str) -> None:
+def checkpoint_blocks(lists, kind: str) -> None:
     """Each block (full) or every second block (selective) recomputed in the backward, non-reentrant."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     for blocks in lists:

@@ -66,7 +66,49 @@ class DetectionTask(ImageTask):
         images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
         targets = [random_target(w, h, device, generator, self.masks) for _ in range(cfg.batch_size)]
         return Workload(images, lambda losses: sum(v.float() for v in losses.values()),
-                        lambda m: m(images, targets), lambda m: m(images))
+                        lambda m: m(images, targets), lambda m: m(images),
+                        trace_call=lambda m: traced_part(m, images, BOXES_PER_IMAGE),
+                        trace_note="traced: backbone, heads over the most regions they take; not: choosing the "
+                                   "regions (sizes that depend on values)")
+
+
+def traced_part(model, images, positives: int):
+    """What the memory estimate traces of a detector: the images batched as its transform batches them
+    (normalized, padded to its size_divisible; the resize is pinned to their size), through the backbone
+    (with its FPN) and the first head (R-CNN's RPN convolutions, SSD's head), then R-CNN's box head over
+    the regions it takes (the sampler's per image in training, the RPN's proposals in inference) and its
+    mask head over the positive ones (in training at least the targets' `positives` boxes, each its own
+    positive region: 5 to 16 an image where the random boxes meet proposals by chance, at 512 and 256 px)
+    or the detections kept (inference). Choosing the regions (proposals, non-maximum suppression, matching
+    to targets) has sizes that depend on values, which fake tensors lack: it is not traced (its tensors
+    hold a few numbers per region). An image too small for that many proposals (64 px: about a thousand
+    anchors) takes fewer regions than counted here: the estimate is above its step (1.8x at 64 px)."""
+    import torch
+    from torchvision.ops import roi_align
+    step = model.transform.size_divisible
+    h, w = images[0].shape[-2:]
+    batch = torch.stack(images)
+    batch = torch.nn.functional.pad(batch, (0, -w % step, 0, -h % step))
+    mean = torch.tensor(model.transform.image_mean, device=batch.device).view(1, -1, 1, 1)
+    std = torch.tensor(model.transform.image_std, device=batch.device).view(1, -1, 1, 1)
+    features = model.backbone((batch - mean) / std)
+    levels = list(features.values()) if isinstance(features, dict) else [features]
+    if not hasattr(model, "rpn"):
+        return features, model.head(levels)
+    heads, sampler = model.roi_heads, model.roi_heads.fg_bg_sampler
+    regions = sampler.batch_size_per_image if model.training else model.rpn.post_nms_top_n()
+    pool = heads.box_roi_pool
+    finest = features[pool.featmap_names[0]]
+    scale = finest.shape[-1] / batch.shape[-1]
+
+    def pooled(count: int, size):  # `count` regions of each image, as MultiScaleRoIAlign returns them
+        return roi_align(finest, finest.new_zeros((len(images) * count, 5)), size, scale, pool.sampling_ratio)
+    boxes = heads.box_predictor(heads.box_head(pooled(regions, pool.output_size)))
+    if not heads.has_mask():
+        return features, model.rpn.head(levels), boxes
+    masks = positives if model.training else heads.detections_per_img
+    return features, model.rpn.head(levels), boxes, heads.mask_predictor(heads.mask_head(
+        pooled(masks, heads.mask_roi_pool.output_size)))
 
 
 def random_target(w: int, h: int, device, generator, masks: bool = False) -> dict:

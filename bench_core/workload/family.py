@@ -36,6 +36,10 @@ class Workload:
     facts: dict = field(default_factory=dict)        # row columns the workload learns as it runs (kv_cache_bytes)
     make_optimizer: Callable[[Any], Any] | None = None  # model -> its training optimizer, where the family needs its
     #                                                     own (sparse gradients); None: the configured optimizer
+    trace_call: Callable[[Any], Any] | None = None   # model -> output: what the memory estimate runs on fake tensors
+    #   in place of the step's own call where that has ops fake tensors cannot run (sizes or stops that depend on
+    #   values: a detector's proposals, generate's end); trained on the sum of its outputs' means
+    trace_note: str = ""                             # what trace_call leaves out, as the estimate says it
 
 
 class Task:
@@ -144,6 +148,11 @@ class Task:
         """(bytes, how) of the activations one rank keeps for the backward at its batch, under
         cfg.activation_checkpointing, from the model's shape (`model` may be on the meta device); None
         where the task states no estimate."""
+        return None
+
+    def kv_cache_bytes(self, spec: "ModelSpec", cfg, sequences: int, dtype_bytes: int) -> tuple[int, str] | None:
+        """(bytes, how) of the KV cache `sequences` sequences of cfg's prompt and output hold at the end of
+        their generation (modes generate and serve), each element `dtype_bytes`; None where there is none."""
         return None
 
     def unsupported_precision(self, precision, device_type: str) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench_core.errors import ConfigError
+from bench_core.workload import transformer_shape as shape
 from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor
 
 FRAMES_PER_S = 100     # WhisperFeatureExtractor: 16 kHz audio, a frame every 160 samples
@@ -138,6 +139,16 @@ class SpeechTask(Task):
     def model_facts(self, model) -> dict:
         return {"attn_implementation": getattr(model.config, "_attn_implementation", None)}
 
+    def kv_cache_bytes(self, spec: ModelSpec, cfg, sequences: int, dtype_bytes: int) -> tuple[int, str] | None:
+        """The decoder's tokens (the start token and the new ones but the last) and, for cross-attention,
+        the encoder's max_source_positions."""
+        if cfg.mode != "generate":
+            return None
+        from transformers import WhisperConfig  # transformers: imported where a model's shape is read
+        model: SpeechModel = spec.builder
+        return shape.kv_cache_bytes(WhisperConfig(**model.config), sequences, cfg.new_tokens, dtype_bytes,
+                                    int(model.config["max_source_positions"]), f"start token + {cfg.new_tokens} new - 1")
+
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
         generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
@@ -151,8 +162,11 @@ class SpeechTask(Task):
 
             from bench_core.workload.generation import Generation
             run = Generation({"input_features": features}, cfg.new_tokens, generate=GenerationMixin.generate)
+            # The memory estimate traces the prefill: the encoder, and the decoder over the start token.
+            start = torch.full((cfg.batch_size, 1), int(model.config["decoder_start_token_id"]), device=device)
             return Workload(features, loss=_model_loss, train_call=None, infer_call=None, generate_call=run,
-                            facts=run.facts)
+                            facts=run.facts, trace_note="generate traced as its prefill",
+                            trace_call=lambda m: m(input_features=features, decoder_input_ids=start, use_cache=False))
         vocab = int(model.config["vocab_size"])
         labels = torch.randint(0, vocab, (cfg.batch_size, cfg.seq_len or 1), device=device, generator=generator)
         return Workload(features, loss=_model_loss, train_call=lambda m: m(input_features=features, labels=labels),

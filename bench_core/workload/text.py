@@ -152,8 +152,12 @@ class TextTask(Task):
             from bench_core.workload.generation import Generation
             prompt = torch.randint(0, vocab, (cfg.batch_size, cfg.prompt_len), device=device, generator=generator)
             run = Generation({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, cfg.new_tokens)
+            # What the memory estimate traces: the prefill (one forward over the prompt, the first token's logits;
+            # its KV cache is counted apart, kv_cache_bytes): generate itself stops on values fake tensors lack.
+            first = {"decoder_input_ids": prompt[:, :1]} if self.encoder_decoder else {"logits_to_keep": 1}
             return Workload(prompt, loss=_model_loss, train_call=None, infer_call=None, generate_call=run,
-                            facts=run.facts)
+                            facts=run.facts, trace_call=lambda m: m(input_ids=prompt, use_cache=False, **first),
+                            trace_note="generate traced as its prefill")
         # The global batch drawn alike on every rank, this rank's part cut from it: a sharded run and one process
         # given the whole batch train on the same sequences.
         parts, part = cfg.world_size // cfg.tp_degree, slice(rank * cfg.batch_size, (rank + 1) * cfg.batch_size)
@@ -185,6 +189,18 @@ class TextTask(Task):
         return shape.flops_formula(model, cfg)
 
     # -- sharding and memory: from the model's shape (transformer_shape.py) ------------------
+    def kv_cache_bytes(self, spec: ModelSpec, cfg, sequences: int, dtype_bytes: int) -> tuple[int, str] | None:
+        """A decoder caches the prompt and the new tokens; an encoder-decoder its decoder's tokens (a start
+        token and the new ones) and, for cross-attention, the encoded prompt."""
+        if cfg.mode not in ("generate", "serve"):
+            return None
+        if self.encoder_decoder:
+            tokens, cross, how = cfg.new_tokens, cfg.prompt_len, f"start token + {cfg.new_tokens} new - 1"
+        else:
+            tokens, cross = cfg.prompt_len + cfg.new_tokens - 1, 0
+            how = f"prompt {cfg.prompt_len} + {cfg.new_tokens} new - 1"
+        return shape.kv_cache_bytes(spec.builder.hf_config(), sequences, tokens, dtype_bytes, cross, how)
+
     def transformer_blocks(self, model) -> list:
         return shape.transformer_blocks(model)
 

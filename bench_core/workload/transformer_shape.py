@@ -125,3 +125,25 @@ def activation_bytes(model, cfg, dtype_bytes: int, tp_degree: int) -> tuple[int,
     head = LOGIT_COPIES * (_first(model.config, "vocab_size") or 0) * 4
     return tokens * (kept * dtype_bytes + head), (f"{tokens} tokens x ({kept:,} block elements x {dtype_bytes} B + "
                                                   f"{LOGIT_COPIES} x vocabulary x 4 B)")
+
+
+def kv_cache_bytes(config, sequences: int, tokens: int, dtype_bytes: int, cross_tokens: int = 0,
+                   tokens_how: str = "") -> tuple[int, str]:
+    """(bytes, how) of the keys and values a decoder caches: for each of its layers, key/value heads x head
+    dim elements twice (key and value) per cached position, for `tokens` positions of its own (a prompt and
+    the new tokens but the last, whose keys and values are never computed) and, in an encoder-decoder's
+    cross-attention, `cross_tokens` encoder positions; `sequences` of them, each element `dtype_bytes`
+    (`tokens_how`: how `tokens` was counted, for the text)."""
+    encoder_decoder = getattr(config, "is_encoder_decoder", False)
+    layers = (_first(config, "num_decoder_layers", "decoder_layers") if encoder_decoder else None) or \
+        _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _first(config, "decoder_attention_heads", "num_attention_heads", "n_head", "num_heads")
+    kv_heads = _first(config, "num_key_value_heads") or heads
+    head_dim = _first(config, "head_dim", "d_kv") or _first(config, "hidden_size", "n_embd", "d_model") // heads
+    per_token = 2 * layers * kv_heads * head_dim * dtype_bytes
+    positions = tokens + cross_tokens
+    cross = f" + {cross_tokens} encoder positions (cross-attention)" if cross_tokens else ""
+    tokens_how = f"{tokens_how} = " if tokens_how else ""
+    return sequences * positions * per_token, (f"KV cache: {sequences} sequences x ({tokens_how}{tokens} positions"
+                                               f"{cross}) x {layers} layers x 2 x {kv_heads} KV heads x {head_dim} x "
+                                               f"{dtype_bytes} B")

@@ -1,0 +1,191 @@
+"""The memory estimate (`bench memory`, a row's mem_estimate_bytes): one step run on fake tensors before
+anything is allocated, against the peaks the kept H200 runs measured, the KV cache their generate rows
+measured, and the allocator's own count of a real CPU step."""
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench_core import BenchConfig
+from bench_core.run.memory_estimate import RESERVED_OVER_ALLOCATED, estimate
+from bench_core.workload.models import resolve_model
+from bench_core.workload.precision import resolve_precision
+from conftest import bench_here
+
+KEPT = sorted((Path(__file__).parents[1] / "gpu" / "runs").glob("h200-2026-11-27*/results.csv"))
+MARGIN = 0.30  # issue 59: every kept training row's estimate within 30 % of its measured peak
+
+
+def kept_rows(mode: str) -> pd.DataFrame:
+    rows = pd.concat([pd.read_csv(path) for path in KEPT], ignore_index=True)
+    return rows[(rows["status"] == "ok") & (rows["mode"] == mode)]
+
+
+def config_of(row: pd.Series) -> BenchConfig:
+    """The configuration a kept row ran, from its own columns."""
+    values = {}
+    for name in BenchConfig.field_names():
+        value = row.get(name)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        values[name] = int(value) if isinstance(value, float) and value.is_integer() else value
+    return BenchConfig.from_dict(values)
+
+
+def estimated(cfg: BenchConfig, device_type: str = "cuda"):
+    spec = resolve_model(cfg.model)
+    return estimate(spec.task, spec, cfg, resolve_precision(cfg.precision), device_type)
+
+
+def test_the_estimate_is_within_30_percent_of_every_kept_h200_training_peak():
+    # "Peak" is the allocated peak: the bytes tensors hold, which is what the estimate counts. The reserved
+    # peak adds the caching allocator's free blocks, which depend on the order of allocations, not on the
+    # model (1.02x to 1.30x the allocated here); bench memory states that headroom beside its answer.
+    rows = kept_rows("train")
+    assert len(rows) == 12 and {"resnet50", "vit_b_16", "llama-1b", "dlrm"} == set(rows["model"])
+    assert {"fp32", "tf32", "amp-fp16", "amp-bf16"} <= set(rows["precision"]) and set(rows["parallelism"]) == {"ddp", "fsdp"}
+    ratios = {}
+    for _, row in rows.iterrows():
+        cfg = config_of(row)
+        found = estimated(cfg)
+        assert "traced on fake tensors" in found.how and found.activations > 0
+        ratios[(cfg.model, cfg.precision, cfg.batch_size, cfg.channels_last, cfg.parallelism)] = \
+            found.total / row["peak_mem_allocated_bytes"]
+    assert all(abs(ratio - 1) <= MARGIN for ratio in ratios.values()), ratios
+    reserved = rows["peak_mem_reserved_bytes"] / rows["peak_mem_allocated_bytes"]
+    assert reserved.max() == pytest.approx(RESERVED_OVER_ALLOCATED, abs=0.005)  # the headroom bench memory states
+
+
+def test_the_kv_cache_is_what_the_kept_h200_generate_rows_measured():
+    rows = kept_rows("generate")
+    assert set(rows["model"]) == {"llama-1b", "whisper-large-v3"}
+    for _, row in rows.iterrows():
+        cfg = config_of(row)
+        spec = resolve_model(cfg.model)
+        kv, how = spec.task.kv_cache_bytes(spec, cfg, cfg.batch_size, 2)  # bf16 and fp16 caches
+        assert kv == row["kv_cache_bytes"], how  # to the byte
+    # The estimate carries it beside the weights and the prefill's activations (traced), near the measured peak.
+    (_, row), = kept_rows("generate").query("model == 'llama-1b'").iterrows()
+    found = estimated(config_of(row))
+    assert found.kv_cache == row["kv_cache_bytes"] and "8 sequences x (prompt 256 + 32 new - 1 = 287 positions)" in found.how
+    assert abs(found.total / row["peak_mem_allocated_bytes"] - 1) <= MARGIN and found.activations > 0
+
+
+def test_bench_memory_answers_for_a_gpu_by_its_name(capsys):
+    done = bench_here(capsys, "memory", "--model", "resnet18", "--width", "64", "--height", "64", "--batch-size", "8",
+                      "--precision", "amp-bf16", "--gpu", "H100-SXM5-80GB", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["limit_bytes"] == 80 * 2**30 and answer["limit"].startswith("H100-SXM5-80GB")
+    assert answer["fits"] and answer["device_type"] == "cuda"  # CUDA's autocast, whatever this machine is
+    assert "activations" in answer["estimate"] and "not counted: cuDNN" in answer["not_counted"]
+
+
+def test_bench_memory_refuses_an_unknown_gpu_name_in_one_line(capsys):
+    done = bench_here(capsys, "memory", "--model", "resnet18", "--gpu", "H100")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and done.stdout == ""
+    assert lines[0].startswith("bench memory: error: gpu: unknown GPU 'H100' (did you mean H100-SXM5-80GB")
+    assert "allowed: " in lines[0] and "H200-SXM-141GB" in lines[0]
+
+
+def test_bench_memory_counts_the_kv_cache_of_a_serving_point_and_says_for_which_lengths(capsys):
+    done = bench_here(capsys, "memory", "--model", "llama-tiny", "--mode", "serve", "--precision", "bf16",
+                      "--concurrency", "4", "--prompt-len", "16", "--new-tokens", "8", "--gpu", "L4", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    config = resolve_model("llama-tiny").builder.config  # keys and values of each layer, bf16, per position
+    per_position = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2
+    assert "KV cache: 4 sequences x (prompt 16 + 8 new - 1 = 23 positions)" in answer["estimate"]
+    assert "(concurrency 4: the requests in flight)" in answer["estimate"]
+    assert f"KV cache {4 * 23 * per_position / 2**30:.4g} " in answer["estimate"]
+
+
+def test_the_reports_memory_table_sets_todays_estimate_beside_each_kept_training_peak():
+    # The kept rows carry the estimate of their day (ResNet-50: 0.29 GiB against 52 measured: no activations);
+    # the report's table estimates them again from their own configuration, and says so.
+    from bench_core.summary.load import load_results
+    from bench_core.summary.memory_table import estimate_table
+    res = load_results([KEPT[-1].parent])
+    table = estimate_table(res.ok[res.ok["mode"] == "train"])
+    assert set(table["model"]) == {"resnet50", "llama-1b"} and len(table) == 6
+    assert table["when"].str.startswith("again, by today's estimator (at run time: ").all()
+    assert table["how"].str.contains("traced on fake tensors").all()
+    assert table["ratio"].between(1 - MARGIN, 1 + MARGIN).all(), table[["model", "precision", "ratio"]]
+
+
+def allocated_by_a_cpu_step(cfg: BenchConfig) -> tuple[int, int]:
+    """(peak bytes torch's CPU allocator gave out during one training step after a first, batch bytes): the
+    profiler's memory events, each with the allocator's running total of what it gave out while profiling."""
+    import tempfile
+
+    import torch
+
+    from bench_core.run.optimizers import make_optimizer
+    spec = resolve_model(cfg.model)
+    torch.manual_seed(0)
+    model = spec.build(cfg).train()
+    workload = spec.task.make_workload(spec, cfg, torch.device("cpu"), torch.float32)
+    optimizer = workload.make_optimizer(model) if workload.make_optimizer else make_optimizer(cfg.optimizer, model)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        workload.loss(workload.train_call(model)).backward()
+        optimizer.step()
+    step()  # the optimizer's state made, as in every timed step
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    with tempfile.TemporaryDirectory() as folder:
+        prof.export_chrome_trace(f"{folder}/trace.json")
+        events = [e["args"] for e in json.loads(Path(f"{folder}/trace.json").read_text())["traceEvents"]
+                  if e.get("name") == "[memory]" and e["args"].get("Device Type", 0) == 0]
+    start = events[0]["Total Allocated"] - events[0]["Bytes"]
+    batch = sum(t.untyped_storage().nbytes() for t in torch.utils._pytree.tree_flatten(workload.inputs)[0]
+                if isinstance(t, torch.Tensor))
+    return max(e["Total Allocated"] for e in events) - start, batch
+
+
+@pytest.mark.parametrize("changes", [
+    dict(model="resnet18", width=64, height=64, batch_size=8),
+    dict(model="fasterrcnn", width=128, height=128, batch_size=1),  # its traced part: detection.traced_part
+    dict(model="llama-tiny", seq_len=128, batch_size=2, optimizer="adamw"),
+    dict(model="whisper-micro", batch_size=4),
+    dict(model="sd-unet-tiny", latent_size=32, batch_size=8),
+    dict(model="dlrm", rows_per_table=10_000, batch_size=256),
+], ids=lambda c: c["model"])
+def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(changes):
+    # What the step allocates beyond what it starts with (parameters, optimizer state, the batch), traced on
+    # fake tensors against torch's CPU allocator counting it. (Not for 3D convolutions: the CPU's own
+    # convolution buffers, which a GPU does not have, come through that allocator: unet3d's step allocates
+    # 1.2x the estimate here.)
+    cfg = BenchConfig(**changes, device="cpu")
+    found = estimated(cfg, device_type="cpu")
+    allocated, batch = allocated_by_a_cpu_step(cfg)
+    assert found.total - found.parameters - found.optimizer - batch == pytest.approx(allocated, rel=0.10), found.text()
+
+
+def test_on_the_cpu_the_trace_runs_autocast_as_cuda_does():
+    # torch's autocast lists (aten/src/ATen/autocast_mode.cpp) differ by device: CUDA runs norms, softmax and
+    # upsampling in float32 and 3D pooling in the input's dtype, the CPU the other way round. The trace of a GPU
+    # configuration runs on CPU fake tensors under CPU autocast, corrected to CUDA's lists by CudaAutocast.
+    import torch
+    import torch.nn.functional as F
+
+    from bench_core.run.autocast_rules import CudaAutocast
+    half, volume = torch.randn(2, 4, 8, 8, dtype=torch.bfloat16), torch.randn(1, 2, 4, 4, 4, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (F.group_norm(half, 2).dtype, F.max_pool3d(volume, 2).dtype) == (torch.bfloat16, torch.float32)
+        with CudaAutocast(torch.bfloat16):
+            assert F.group_norm(half, 2).dtype == F.layer_norm(half, (8,)).dtype == torch.float32
+            assert F.softmax(half, -1).dtype == F.interpolate(half, scale_factor=2.0).dtype == torch.float32
+            assert F.max_pool3d(volume, 2).dtype == torch.bfloat16
+            assert torch.mv(torch.randn(3, 3), torch.randn(3)).dtype == torch.bfloat16
+            assert F.conv2d(half.float(), torch.randn(4, 4, 3, 3)).dtype == torch.bfloat16  # both lists lower it
+            with torch.autocast("cpu", enabled=False):  # a region the model keeps out of autocast stays out
+                assert F.group_norm(half, 2).dtype == torch.bfloat16
+    # So a UNet's GroupNorm keeps float32 copies of its half inputs for the backward on a GPU, not on the CPU
+    spec, cfg = resolve_model("sd-unet-tiny"), BenchConfig(model="sd-unet-tiny", precision="amp-bf16", batch_size=8)
+    gpu, cpu = (estimate(spec.task, spec, cfg, resolve_precision("amp-bf16"), kind) for kind in ("cuda", "cpu"))
+    assert gpu.activations > 1.2 * cpu.activations and "autocast bfloat16 as cuda applies it" in gpu.how
