@@ -17,10 +17,10 @@ from bench_core.devices import Backend
 from bench_core.measure import efficiency
 from bench_core.results import fidelity
 from bench_core.run import float8, reference
-from bench_core.run.runner import _make_step
+from bench_core.run.step import make_step
 from bench_core.scenarios.compare import mixed_settings, pair_compile
 from bench_core.summary.effects import float8_notes, settings_effects
-from bench_core.summary.load import Results
+from bench_core.summary.load import WORKLOAD, Results
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import PRECISIONS, resolve_precision
 from conftest import bench_here, tiny
@@ -136,8 +136,8 @@ def test_the_float8_verdict_compares_with_amp_bf16_under_the_same_compile_settin
                          "samples_per_s": speed * wobble, "noise_flags": "", "run_id": "r",
                          "precision_note": "fp8-tensorwise ran eager (...)" if compile_mode == "off" and
                          precision != "amp-bf16" else None})
-    res = Results(pd.DataFrame(rows).reindex(columns=[*rows[0], "input_shape", "world_size", "channels_last",
-                                                      "parallelism", "tp_degree", "activation_checkpointing"]), [])
+    # every configuration field (WORKLOAD) a table groups by, empty where these rows do not set it
+    res = Results(pd.DataFrame(rows).reindex(columns=[*rows[0], *(k for k in WORKLOAD if k not in rows[0])]), [])
     table = settings_effects(res)
     float8_rows = table[table["setting"].str.endswith("vs amp-bf16")]
     # fp8 eager against amp-bf16 eager only: the compiled fp8 rows have no amp-bf16 twin with compile=default
@@ -165,7 +165,7 @@ def test_a_float8_check_that_cannot_run_names_what_failed_not_an_inference_confi
     config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 256,
                                   "n_positions": 32}))
     cfg = BenchConfig(**{**LLAMA, "model": f"hf:{config}"}, precision="fp8-tensorwise", compile="off")
-    found = reference.check_outputs(cfg, resolve_model(cfg.model), Backend.for_device(torch.device("cpu")), _make_step)
+    found = reference.check_outputs(cfg, resolve_model(cfg.model), Backend.for_device(torch.device("cpu")), make_step)
     assert found["output_check"].startswith("not checked: the check failed in the fp8-tensorwise variant (")
     assert "ConfigError" not in found["output_check"] and found["output_reference"] == "amp-bf16 eager"
 
@@ -174,7 +174,7 @@ def test_a_float8_check_that_cannot_run_names_what_failed_not_an_inference_confi
 def test_the_float8_check_compares_the_first_training_losses_with_amp_bf16(recipe):
     pytest.importorskip("torchao", reason="torchao is an optional dependency (pip install notebook-bench[float8])")
     cfg = BenchConfig(**LLAMA, precision=recipe, compile="off")
-    found = reference.check_outputs(cfg, resolve_model(cfg.model), Backend.for_device(torch.device("cpu")), _make_step)
+    found = reference.check_outputs(cfg, resolve_model(cfg.model), Backend.for_device(torch.device("cpu")), make_step)
     assert found["output_check"] == fidelity.WITHIN and found["output_reference"] == "amp-bf16 eager", found
     # On this CPU: 0.05 % (tensorwise) and 0.03 % (rowwise); logits are not compared (results/fidelity.py says why).
     assert 0 < found["loss_rel_error"] <= 0.01 and found["output_cosine"] is None

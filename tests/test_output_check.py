@@ -14,7 +14,8 @@ from bench_core import BenchConfig
 from bench_core.devices import Backend
 from bench_core.results import fidelity
 from bench_core.run import reference
-from bench_core.run.runner import _make_step, run_here
+from bench_core.run.runner import run_here
+from bench_core.run.step import make_step
 from bench_core.workload.models import REGISTRY, ModelSpec, model_table, register_model
 from bench_core.workload.text import TextModel
 from conftest import tiny
@@ -104,7 +105,7 @@ def tiny_of(name: str, mode: str) -> tuple[ModelSpec, BenchConfig]:
                                         for n, m in CASES])
 def test_no_built_in_models_output_check_is_vacuous(name, mode):
     spec, cfg = tiny_of(name, mode)
-    side = reference.run_side(cfg, spec, CPU, _make_step, fidelity.tolerance_for("amp-bf16"))
+    side = reference.run_side(cfg, spec, CPU, make_step, fidelity.tolerance_for("amp-bf16"))
     assert side.outputs and reference.degenerate(side.outputs) == "", (name, side.redrawn)
     if name == "vit_b_16":  # its zero head is re-drawn, and only it
         assert side.redrawn == ["heads.head"]
@@ -115,12 +116,12 @@ def test_a_training_row_is_checked_on_its_training_call_not_refused_as_an_infer_
     # refuses seq_len: the check's forward was built as an infer configuration and failed on that ConfigError.
     cfg = BenchConfig(model="whisper-micro", batch_size=2, steps=1, warmup_steps=1, repeats=1, min_seconds=0,
                       device="cpu", precision="amp-bf16")
-    found = reference.check_outputs(cfg, REGISTRY[cfg.model], CPU, _make_step)
+    found = reference.check_outputs(cfg, REGISTRY[cfg.model], CPU, make_step)
     assert cfg.seq_len and found["output_check"] == fidelity.WITHIN, found["output_check"]
     assert found["loss_rel_error"] is not None and 0 < found["output_rel_error"] <= 0.1
     # FSDP2 on one process runs bf16 parameters, not autocast: the check says it cannot build that, not why infer
     fsdp = BenchConfig(model="llama-tiny", seq_len=16, batch_size=2, steps=1, warmup_steps=1, repeats=1, min_seconds=0,
                        device="cpu", precision="amp-bf16", parallelism="fsdp")
-    said = reference.check_outputs(fsdp, REGISTRY[fsdp.model], CPU, _make_step)["output_check"]
+    said = reference.check_outputs(fsdp, REGISTRY[fsdp.model], CPU, make_step)["output_check"]
     assert said.startswith("not checked: parallelism fsdp (the check builds the model unwrapped")
     assert "infer" not in said

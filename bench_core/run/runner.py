@@ -20,7 +20,7 @@ from bench_core.errors import ConfigError, from_outside, interrupted_by, when_st
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
-from bench_core.run.optimizers import make_optimizer
+from bench_core.run.step import make_step
 from bench_core.run.timing import Phases, StepStats, Window, generation_columns, time_one, timed_window
 from bench_core.workload.family import Task, first_tensor
 from bench_core.workload.models import count_parameters, resolve_model
@@ -196,7 +196,7 @@ class Session:
         memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
         # A variant against its fp32 eager reference, built and freed here, outside every window.
         with phases("output_check"):
-            run.update(reference.check_outputs(cfg, spec, backend, _make_step, ctx.world_size))
+            run.update(reference.check_outputs(cfg, spec, backend, make_step, ctx.world_size))
         run["mem_before_build_bytes"] = backend.in_use_bytes()
         torch.manual_seed(cfg.seed)  # the check drew from the generator: the same weights as without it
         with torch.device(device):  # random weights made on the device: an 8B model never sits in host memory
@@ -223,11 +223,11 @@ class Session:
         model, facts, precision = sharding.wrap(model, task, cfg, precision, device)
         run.update(facts)
 
-        eager_step, self.last = _make_step(cfg, model, workload, precision, device)
+        eager_step, self.last = make_step(cfg, model, workload, precision, device)
         self.step = eager_step
         if cfg.compile != "off":
             compiled = torch.compile(model, mode=None if cfg.compile == "default" else cfg.compile)
-            self.step, self.last = _make_step(cfg, compiled, workload, precision, device)
+            self.step, self.last = make_step(cfg, compiled, workload, precision, device)
 
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: warm-up")
         backend.reset_peak_memory()
@@ -306,60 +306,6 @@ class Session:
             status = "oom" if self.backend.is_oom(exc) else "error"
             self.failure = failure_row(self.run, status, error_message(exc))
             return None
-
-
-def _make_step(cfg, model, workload, precision: Precision, device, mode: str | None = None):
-    """The step closure: exactly what a hand-written loop would do, nothing more. A step takes
-    the window's `mark` (timed_window passes it); only generate uses it, after each new token.
-    `mode` (default cfg.mode): the output check's forward pass of a training configuration."""
-    mode = mode or cfg.mode
-    last: list = [None]
-    autocast_dtype = getattr(torch, precision.autocast_dtype) if precision.autocast_dtype else None
-
-    def autocast():
-        if autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device.type, dtype=autocast_dtype)
-
-    if mode == "generate":
-        generate = workload.generate_call
-
-        def generate_step(mark=None):
-            with torch.inference_mode(), autocast():
-                last[0] = generate(model, mark)
-        return generate_step, last
-
-    if mode == "infer":
-        call = workload.infer_call
-
-        def infer_step(mark=None):
-            with torch.inference_mode(), autocast():
-                last[0] = call(model)
-        return infer_step, last
-
-    optimizer = workload.make_optimizer(model) if workload.make_optimizer else make_optimizer(cfg.optimizer, model)
-    scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
-    call, loss_of = workload.train_call, workload.loss
-
-    if scaler is None:
-        def train_step(mark=None):
-            optimizer.zero_grad(set_to_none=True)
-            with autocast():
-                loss = loss_of(call(model))
-            loss.backward()
-            optimizer.step()
-            last[0] = loss
-        return train_step, last
-
-    def scaled_train_step(mark=None):
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss = loss_of(call(model))
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        last[0] = loss
-    return scaled_train_step, last
 
 
 @contextlib.contextmanager

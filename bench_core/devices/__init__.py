@@ -1,4 +1,5 @@
-"""Everything that differs between cpu, cuda and mps lives here and nowhere else.
+"""Everything that differs between cpu, cuda and mps lives here and nowhere else: the backends (this module)
+and the clocks that mark a window's steps on each device (clocks.py).
 
 A `Backend` resolves the device, sets the precision knobs, times steps (CUDA events with one
 sync at the end of the window; perf_counter on CPU), reads peak memory and recognises OOM.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - not on the machines the tests run on
 
 from bench_core import capability
 from bench_core.capability import Support, cpu_model
+from bench_core.devices.clocks import CudaStepClock, StepClock, SyncedClock
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import Precision, resolve_precision
@@ -212,53 +213,6 @@ def restore_numerics(state: dict) -> None:
             holder.fp32_precision = value
 
 
-class StepClock:
-    """Marks step boundaries; `seconds()` returns them relative to the first mark."""
-
-    def __init__(self) -> None:
-        self._marks: list[float] = []
-
-    def mark(self) -> None:
-        self._marks.append(time.perf_counter())
-
-    def seconds(self) -> list[float]:
-        start = self._marks[0]
-        return [t - start for t in self._marks]
-
-
-class CudaStepClock(StepClock):
-    """CUDA events at each boundary: no sync inside the window, one sync when it is read.
-
-    Events go on `device`'s own current stream, not on the current device's: with two GPUs in
-    one process (bench compare), the current device is whichever was set last, and events on
-    the other, idle GPU would time how fast the host queues work.
-
-    A mark inside the window only records an event: the stream is looked up once, and the
-    `expected_marks` events are made (and recorded once, which creates them in the driver) before
-    the window. A step of 2 ms at batch 1 is the host's time, and each mark's Python (an Event
-    object, a Stream object, the device look-up) was part of it. Marks past the expected ones make
-    their event as they go."""
-
-    def __init__(self, device: torch.device, expected_marks: int = 0) -> None:
-        super().__init__()
-        self._device = device
-        self._stream = torch.cuda.current_stream(device)
-        self._ready = [torch.cuda.Event(enable_timing=True) for _ in range(expected_marks)]
-        for event in self._ready:
-            event.record(self._stream)
-        self._ready.reverse()  # popped from the end, in the order they were made
-
-    def mark(self) -> None:
-        event = self._ready.pop() if self._ready else torch.cuda.Event(enable_timing=True)
-        event.record(self._stream)
-        self._marks.append(event)
-
-    def seconds(self) -> list[float]:
-        self._marks[-1].synchronize()
-        start = self._marks[0]
-        return [0.0] + [start.elapsed_time(e) / 1000.0 for e in self._marks[1:]]
-
-
 class Backend:
     """CPU behaviour; subclasses override what differs."""
 
@@ -413,21 +367,9 @@ class MpsBackend(Backend):
         torch.mps.synchronize()
 
     def new_clock(self, expected_marks: int = 0) -> StepClock:
-        return _SyncedClock(self)
+        return SyncedClock(self.synchronize)
 
     def memory_stats(self) -> dict:
         stats = super().memory_stats()
         stats["peak_mem_allocated_bytes"] = torch.mps.driver_allocated_memory()
         return stats
-
-
-class _SyncedClock(StepClock):
-    """For devices without usable events: sync before every host clock read."""
-
-    def __init__(self, backend: Backend):
-        super().__init__()
-        self._backend = backend
-
-    def mark(self) -> None:
-        self._backend.synchronize()
-        super().mark()
