@@ -312,6 +312,10 @@ def test_compiled_run_reports_compile_time_apart_from_step_times():
         assert row["compile"] == "default"
         assert row["compile_s"] > 0 and row["compile_s"] == pytest.approx(row["first_step_ms"] / 1e3)
         assert len(row["step_times_ms"].split()) == row["timed_steps"] >= 3  # the window: steps only
+    # Each warm-up step's own loss: the second is the eager FLOP-count step's, not the compiled first step's again
+    # (the kept H200 fp8 row read "12.15839 12.15839 9.44 4.41").
+    losses = rows[0]["warmup_losses"].split()
+    assert len(losses) == COMPILED["warmup_steps"] + 1 and losses[1] != losses[0]  # (+1: the count's step)
     eager = run_benchmark(BenchConfig(model="test_tiny_cnn", mode="train", **{**COMPILED, "compile": "off"}))
     assert eager[0]["status"] == "ok" and eager[0]["compile_s"] is None
 

@@ -223,8 +223,8 @@ class Session:
         model, facts, precision = sharding.wrap(model, task, cfg, precision, device)
         run.update(facts)
 
-        eager_step, self.last = make_step(cfg, model, workload, precision, device)
-        self.step = eager_step
+        eager_step, eager_last = make_step(cfg, model, workload, precision, device)
+        self.step, self.last = eager_step, eager_last
         if cfg.compile != "off":
             compiled = torch.compile(model, mode=None if cfg.compile == "default" else cfg.compile)
             self.step, self.last = make_step(cfg, compiled, workload, precision, device)
@@ -242,10 +242,10 @@ class Session:
         with phases("flop_count"):
             counted = flops.count_flops(eager_step)  # outside any window; doubles as a warm-up step
         run.update(float8.eager_note(cfg, counted.ops, run.get("reference_ops_per_step")))  # why eager fp8 is slow
-        losses.append(self._loss())
+        losses.append(self._loss(eager_last))  # the count's step is the eager one: its loss, not the compiled step's again
         # With compile on, the eager step has its own optimizer: once counted, drop it, or its
         # state (momentum, Adam moments: up to 2x the parameters) stays on the device all run.
-        del eager_step
+        del eager_step, eager_last
         warm_start = time.perf_counter()
         for done in range(max(cfg.warmup_steps - 1, 0)):
             self.step()
@@ -291,10 +291,10 @@ class Session:
                       f"({repeat + 1} of {cfg.repeats}) {row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
         return row
 
-    def _loss(self) -> float:
+    def _loss(self, last: list | None = None) -> float:
         """The last step's loss (train), read outside any timed window: the warm-up's losses show that
-        a sharded run computes what one process computes."""
-        tensor = first_tensor(self.last[0]) if self.cfg.mode == "train" else None
+        a sharded run computes what one process computes. `last`: another step's output list (the eager step)."""
+        tensor = first_tensor((last or self.last)[0]) if self.cfg.mode == "train" else None
         return float(tensor.detach().float()) if tensor is not None and tensor.numel() == 1 else float("nan")
 
     def _guarded(self, method, *args):
