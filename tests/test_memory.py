@@ -189,3 +189,17 @@ def test_on_the_cpu_the_trace_runs_autocast_as_cuda_does():
     spec, cfg = resolve_model("sd-unet-tiny"), BenchConfig(model="sd-unet-tiny", precision="amp-bf16", batch_size=8)
     gpu, cpu = (estimate(spec.task, spec, cfg, resolve_precision("amp-bf16"), kind) for kind in ("cuda", "cpu"))
     assert gpu.activations > 1.2 * cpu.activations and "autocast bfloat16 as cuda applies it" in gpu.how
+
+
+def test_a_long_prompt_costs_its_length_not_its_square():
+    """A real run of llama-tiny at 131,000 prompt tokens holds no S x S mask (SDPA's is_causal: transformers skips
+    it), so its estimate must not either: it refused the run as 81 GiB on a 22 GiB machine, where transformers
+    had taken the fake tensors for an export and built the mask. Activations grow with the prompt, not its square."""
+    def activations(prompt_len: int, mode: str = "generate") -> int:
+        length = {"prompt_len": prompt_len, "new_tokens": 2} if mode == "generate" else {"seq_len": prompt_len}
+        found = estimated(BenchConfig(model="llama-tiny", mode=mode, batch_size=1, device="cpu", **length), "cpu")
+        return found.activations
+    assert activations(8192) < 10 * activations(1024)  # x8 the prompt: x64 with an S x S mask
+    assert activations(4096, "train") < 5 * activations(1024, "train")
+    assert estimated(BenchConfig(model="llama-tiny", mode="generate", prompt_len=131000, new_tokens=2, batch_size=1,
+                                 device="cpu"), "cpu").total < 2**30

@@ -17,6 +17,7 @@ detector's non-maximum suppression) is counted up to that op and says so (Trace.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -138,7 +139,13 @@ def trace_step(task, spec, cfg, precision: Precision, device_type: str) -> Trace
     if key not in _TRACES:
         if len(_TRACES) >= KEPT_TRACES:
             _TRACES.pop(next(iter(_TRACES)))
-        _TRACES[key] = _trace(task, spec, cfg, precision, device_type)
+        try:
+            _TRACES[key] = _trace(task, spec, cfg, precision, device_type)
+        finally:
+            # torch keeps each fake op's result in one cache for the whole process (FakeTensorMode.cache):
+            # about 260 entries a shape for a ResNet, never freed, so a batch search or a long sweep grew it
+            # with every shape it traced (a capped process's edge moved down a batch after a search).
+            FakeTensorMode.cache_clear()
     return _TRACES[key]
 
 
@@ -175,7 +182,7 @@ def _trace(task, spec, cfg, precision: Precision, device_type: str) -> Trace:
         if call is None:
             raise ValueError(f"{cfg.model} in mode {cfg.mode} gives nothing to trace")
         loss = _sum_of_means if workload.trace_call else workload.loss
-        with live:
+        with live, _masks_as_a_run_makes_them():
             try:
                 saved = _run(model, call, loss, optimizer, live, precision, device_type)
                 stopped = None
@@ -187,6 +194,24 @@ def _trace(task, spec, cfg, precision: Precision, device_type: str) -> Trace:
     blocks = [_bytes(block.parameters()) for blocks in lists for block in blocks]
     return Trace(phases=phases or {"forward": dict(live.bytes)}, saved=saved, trained=trained, blocks=sum(blocks),
                  largest_block=max(blocks, default=0), stopped_at=stopped, note=workload.trace_note)
+
+
+@contextlib.contextmanager
+def _masks_as_a_run_makes_them():
+    """transformers takes a fake tensor for a graph being exported, and then builds the S x S causal mask that a
+    real run skips (SDPA's is_causal needs none): 68 GB at 131,000 tokens, where the run holds none. Inside the
+    trace its mask code asks only whether it is compiling, as a real run's answer is. (A transformers model has
+    imported the module by now; nothing else is changed, and nothing where transformers is not in use.)"""
+    masking = sys.modules.get("transformers.masking_utils")
+    if masking is None or not hasattr(masking, "is_tracing"):
+        yield
+        return
+    original = masking.is_tracing
+    masking.is_tracing = lambda tensor=None: original()
+    try:
+        yield
+    finally:
+        masking.is_tracing = original
 
 
 def _bytes(tensors) -> int:
