@@ -549,8 +549,9 @@ def test_report_shows_a_batch_size_max_search_and_its_failure(tmp_path):
     failures = summary.failures_table(summary.load_results([out]))
     assert failures[["status", "batch_size"]].values.tolist() == [["error", "max"]]
     html = build_report([out], out / "report.html").read_text()
-    assert "batch_size max, batch search: 2 ran, reached the cap max_batch_size 2 (probes: 1 ok, 2 ok)" in html
-    assert "batch search stopped by an error after 1 probes (1 error)" in html
+    assert ("batch_size max, batch search: 2 ran, reached the cap max_batch_size 2 (probes: 2 ok; first probe 2 from "
+            "the memory estimate)") in html
+    assert "batch search stopped by an error after 1 probes (2 error)" in html  # (its first probe: the estimate's 2)
 
 
 def _served(template: dict, shapes, users) -> list[dict]:

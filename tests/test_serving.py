@@ -181,7 +181,7 @@ def test_the_terminal_table_of_a_serving_point_shows_serving_figures(session, ca
                       "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     head = done.stdout.splitlines()[0]
-    assert head.startswith("llama-tiny serve fp32 concurrency 2 on ") and "batch" not in head
+    assert head.startswith("llama-tiny serve fp32 2 users on ") and "batch" not in head
     for name in ("requests/s", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "errors",
                  "SLO met"):  # (a narrow terminal folds the table into blocks, each with its header)
         assert name in done.stdout

@@ -241,8 +241,8 @@ def test_bad_sweep_file_is_refused_before_anything_runs(case, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_batch_size_max_is_a_recorded_search_then_a_run(tmp_path, capsys):
-    # resnet18 inference at 32 px, searched up to 2: probes 1 and 2 (each in a fresh process), then
-    # the run at 2; batch 1 beside it shares the papermill execution. The sweep itself runs in this
+    # resnet18 inference at 32 px, searched up to 2: the first probe is the largest batch the memory estimate
+    # fits under the cap (2, in a fresh process), then the run at 2; batch 1 beside it shares the papermill execution. The sweep itself runs in this
     # process (its own start is not what this checks); its execution and probes have their own.
     path = write_sweep(tmp_path, "max", {"batch_size": ["max", 1]}, mode="infer", max_batch_size=2)
     out = tmp_path / "out"
@@ -253,12 +253,13 @@ def test_batch_size_max_is_a_recorded_search_then_a_run(tmp_path, capsys):
     searched = rows.loc["max"]
     assert (searched["batch_size"], searched["batch_size_actual"], searched["global_batch_size"]) == (2, 2, 2)
     assert rows.loc["1", "batch_size_actual"] == 1
-    assert searched["batch_search"] == "batch search: 2 ran, reached the cap max_batch_size 2 (probes: 1 ok, 2 ok)"
+    assert searched["batch_search"] == ("batch search: 2 ran, reached the cap max_batch_size 2 (probes: 2 ok; first "
+                                        "probe 2 from the memory estimate)")
     assert set(rows["config_hash"]) == {cfg.config_hash() for cfg in load_sweep(path).configs}
     nb = nbformat.read(next(out.glob("runs/*/benchmark.ipynb")), as_version=4)
     shown = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/html", ""))
                     for c in nb.cells for o in c.get("outputs", []))
-    assert "find-batch: batch 2: ok" in shown and "2 (max)" in shown and "probes: 1 ok, 2 ok" in shown
+    assert "find-batch: batch 2: ok" in shown and "2 (max)" in shown and "probes: 2 ok" in shown
     # The configuration as requested (max) is complete: a re-run searches nothing.
     again = bench_here(capsys, "sweep", str(path), "--out", str(out), "--no-report")
     assert again.returncode == 0 and "0 complete, 2 skipped" in again.stdout

@@ -143,10 +143,11 @@ def pair_compile(cfg_a: BenchConfig, cfg_b: BenchConfig, given: bool) -> tuple[B
 
 def mixed_settings(config_a: dict, config_b: dict) -> str:
     """'' unless A and B differ in precision and in compile: then the line saying the verdict judges both."""
-    if config_a["precision"] == config_b["precision"] or config_a["compile"] == config_b["compile"]:
+    compile_a, compile_b = config_a.get("compile") or "off", config_b.get("compile") or "off"  # (older files: none)
+    if config_a.get("precision") == config_b.get("precision") or compile_a == compile_b:
         return ""
-    return (f"A and B differ in precision and in compile (A {config_a['precision']} compile={config_a['compile']}, "
-            f"B {config_b['precision']} compile={config_b['compile']}): B/A is of both changes together, not of the "
+    return (f"A and B differ in precision and in compile (A {config_a['precision']} compile={compile_a}, "
+            f"B {config_b['precision']} compile={compile_b}): B/A is of both changes together, not of the "
             "precision alone")
 
 
