@@ -1,42 +1,12 @@
 #!/usr/bin/env bash
 # One command for a machine where this checkout is not installed (a lent GPU machine with no network):
-# install the carried wheels (.whl/, from `make gpu-wheels`) into a folder of their own, put them and
-# this checkout on the import path, and run `bench acceptance` with the arguments given.
+# install the carried wheels (gpu/site.sh) and run `bench acceptance` with the arguments given.
 #   bash gpu/acceptance.sh --out outputs/acceptance --budget-s 480
-# Environment: PYTHON (default python3), WHEELS (default .whl), SITE (where they are installed,
-# default /tmp/notebook-bench-site), BENCH_GIT_COMMIT (the commit the rows record where there is no .git).
-# `--install-only` installs and checks the imports, then stops (the test suite's rehearsal).
+# Environment: PYTHON, WHEELS, SITE (gpu/site.sh), BENCH_GIT_COMMIT (the commit the rows record where there is
+# no .git). `--install-only` installs and checks the imports, then stops (the test suite's rehearsal).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-WHEELS=${WHEELS:-.whl}
-SITE=${SITE:-/tmp/notebook-bench-site}
-
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    echo "== install: $(ls "$WHEELS"/*.whl | wc -l) wheels from $WHEELS into $SITE (no network)"
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-        "$WHEELS"/*.whl || { echo "gpu/acceptance.sh: installing the wheels from $WHEELS failed" >&2; exit 3; }
-    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-    # nbconvert's templates and ipykernel's kernel spec are data files: Jupyter looks for them here.
-    export JUPYTER_PATH="$SITE/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
-    export PATH="$SITE/bin:$PATH"
-fi
-# This checkout itself, uninstalled: bench_core from the working tree.
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-
-"$PY" - <<'PYEOF' || { echo "gpu/acceptance.sh: a package the run needs does not import (above)" >&2; exit 3; }
-import importlib, sys
-missing = []
-for name in ("bench_core", "torch", "papermill", "nbclient", "nbconvert", "ipykernel", "itables", "pandas",
-             "seaborn", "yaml", "psutil", "filelock", "httpx", "prometheus_client"):
-    try:
-        importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001
-        missing.append(f"{name} ({type(exc).__name__}: {exc})")
-print("== imports:", "; ".join(missing) if missing else "all found", f"(python {sys.version.split()[0]})")
-sys.exit(1 if missing else 0)
-PYEOF
+source gpu/site.sh || exit 3
 
 if [ "${1:-}" = "--install-only" ]; then exit 0; fi
 exec "$PY" -m bench_core acceptance "$@"

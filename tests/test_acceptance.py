@@ -15,6 +15,7 @@ import yaml
 from bench_core.config.schema import BenchConfig
 from bench_core.measure import flops
 from bench_core.results.store import iter_rows
+from bench_core.run import busy
 from bench_core.scenarios import acceptance, selftest
 from bench_core.summary import acceptance as checking
 from bench_core.sweep.plan import load_sweep, parse_sweep
@@ -199,6 +200,102 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 # -- what the first real GPU runs found, fixed ---------------------------------------------------------
+
+
+def test_a_step_that_cannot_be_left_out_is_refused_in_one_line(tmp_path):
+    proc = bench("acceptance", "--skip", "selftest,sweep", "--out", str(tmp_path / "x"), timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "skip: sweep is not a step that can be left out; allowed: sysinfo, selftest, report" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# -- the H100-beside-H200 command (gpu/compare.sh, issue 61) ---------------------------------------------
+
+H200_KEPT = [ROOT / "gpu" / "runs" / "h200-2026-11-27", ROOT / "gpu" / "runs" / "h200-2026-11-27-b"]
+
+
+def compare_plan():
+    data = yaml.safe_load((ROOT / "params" / "gpu-compare.yaml").read_text())
+    data["settings"]["device"] = "cpu"  # planned here as it is there, but for the device check
+    return parse_sweep(data)
+
+
+def test_the_comparison_sweep_measures_what_the_kept_h200_rows_measured_twice_each():
+    """Every configuration of gpu-compare.yaml but the compiled float8 pair was measured on an H200 (the kept
+    rows), so an H100's rows stand beside them in `bench report gpu/runs/*`; each at two repeats, an interval."""
+    configs = compare_plan().configs
+    kept = {(r["model"], r["mode"], r["precision"], int(r["batch_size"]), bool(r.get("channels_last")),
+             r.get("compile") or "off", r.get("concurrency")) for run in H200_KEPT for r in iter_rows(run)
+            if r.get("status") == "ok"}
+    ours = {(c.model, c.mode, c.precision, c.batch_size, c.channels_last, c.compile, c.concurrency) for c in configs}
+    compiled = {k for k in ours if k[5] != "off"}
+    assert ours - compiled <= kept, ours - compiled - kept
+    assert {k[2] for k in compiled} == {"amp-bf16", "fp8-tensorwise"} and {k[0] for k in compiled} == {"llama-1b"}
+    assert {(c.precision, c.batch_size, c.channels_last) for c in configs if c.model == "resnet50"} == {
+        ("fp32", 640, False), ("tf32", 640, False), ("amp-fp16", 1280, True), ("amp-fp16", 1280, False),
+        ("amp-bf16", 1280, True)}
+    assert sorted(c.batch_size for c in configs if c.model == "resnet18") == [1, 4, 16, 64, 256]
+    assert sorted(c.concurrency for c in configs if c.mode == "serve") == [1, 8]
+    assert min(c.repeats for c in configs) >= 2
+    # What a cut budget loses: the Llama execution is last, its compiled pair at its end.
+    llama = compare_plan().executions[-1].configs
+    assert {c.model for c in llama} == {"llama-1b"} and [c.compile for c in llama[-2:]] == ["default", "default"]
+
+
+def _kept_rows(run: Path, **match) -> list[dict]:
+    return [dict(r) for r in iter_rows(run) if all(r.get(k) == v for k, v in match.items())]
+
+
+def test_the_busy_check_reads_the_ladder_and_fails_a_row_that_was_not_measured():
+    """The kept H200 ladder, gpu_busy taken from its NVML share (run/busy.py's apply): measured on every row,
+    host-bound at batch 1 and not at 256; a row without gpu_busy fails the check, naming it."""
+    rows = _kept_rows(H200_KEPT[1], model="resnet18", mode="infer", compile="off")
+    for row in rows:
+        busy.apply([row], row["gpu_util_pct_mean"] / 100 * busy.window_step_s(row), "the kept row's NVML share")
+    found = checking.check_busy(rows)
+    assert found.status == checking.PASS, found.detail
+    assert "bs 1 0.17 host-bound" in found.detail and "bs 256 0.93" in found.detail
+    assert "bs 256 0.93 host-bound" not in found.detail
+    rows[-1]["gpu_busy"] = None
+    assert checking.check_busy(rows).status == checking.FAIL
+
+
+def test_the_float8_check_wants_it_compiled_checked_and_beside_compiled_amp_bf16():
+    """The kept H200 fp8 row ran eager, its outputs not checked: a failure. The same row compiled, within
+    tolerance, beside an amp-bf16 row compiled the same way: a pass, with the ratio said."""
+    eager = _kept_rows(H200_KEPT[1], model="llama-1b", precision="fp8-tensorwise")
+    bf16 = _kept_rows(H200_KEPT[1], model="llama-1b", precision="amp-bf16", parallelism="ddp")[:1]
+    assert checking.check_float8(eager + bf16).status == checking.FAIL
+    fp8 = [{**r, "compile": "default", "output_check": "within tolerance", "throughput": 47874.0} for r in eager]
+    twin = [{**r, "compile": "default", "throughput": 40000.0} for r in bf16]
+    found = checking.check_float8(fp8 + twin)
+    assert found.status == checking.PASS and "1.20x amp-bf16" in found.detail
+    assert checking.check_float8(fp8 + bf16).status == checking.FAIL  # amp-bf16 only eager: not compared
+
+
+@pytest.mark.slow
+def test_the_compare_command_rehearsed_on_the_cpu(tmp_path):
+    """gpu/compare.sh with a one-configuration CPU sweep and the harness's CPU arms: acceptance without the
+    selftest (its check says it was left out), then the harness's table, all in the output folder."""
+    sweep = tmp_path / "one.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "one", "grid": {"model": ["resnet18"], "mode": ["infer"]},
+                                     "settings": {"device": "cpu", "width": 32, "height": 32, "batch_size": 2,
+                                                  "steps": 2, "warmup_steps": 1, "min_seconds": 0.0,
+                                                  "repeats": 1}}))
+    out = tmp_path / "out"
+    env = {**ENV, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no-wheels"), "SWEEP": str(sweep),
+           "HARNESS_S": "90", "HARNESS_ARGS": "--device cpu --size 32 --batch-size 2 --steps 2 --min-seconds 0 "
+                                              "--rounds 1 --threads 1 --arms bare,run"}
+    proc = subprocess.run(["bash", str(ROOT / "gpu" / "compare.sh"), str(out), "400"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    result = json.loads((out / "acceptance.json").read_text())
+    assert [s["name"] for s in result["steps"]] == ["sysinfo", "sweep", "report"]
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["bench selftest: no check failed"] == {"name": "bench selftest: no check failed",
+                                                         "status": "skipped", "detail": "left out (--skip selftest)"}
+    assert "largest added time:" in (out / "harness.txt").read_text()
+    assert "== selftest: left out (--skip)" in proc.stdout
 
 
 def test_selftest_builds_its_gpu_configurations():

@@ -62,30 +62,41 @@ class Acceptance:
     budget_s: float
     steps: list[StepResult] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)   # processes the steps left running
+    skipped: tuple[str, ...] = ()                          # steps left out on purpose (--skip)
 
 
-def plan(out: Path, sweep: str = SWEEP) -> list[Step]:
+# Steps a run may leave out (--skip): the selftest's three minutes belong to a machine's first run, not to a
+# comparison's second; the sweep is what every run is for.
+SKIPPABLE = ("sysinfo", "selftest", "report")
+
+
+def plan(out: Path, sweep: str = SWEEP, skip: tuple[str, ...] = ()) -> list[Step]:
     """The steps, in order: the sweep first (what is measured matters most), then the selftest
-    and the report, each kept its share of the budget."""
-    return [
+    and the report, each kept its share of the budget; less the `skip`ped ones, whose share the sweep gets."""
+    kept = {name: s for name, s in RESERVED_AFTER_SWEEP_S.items() if name not in skip}
+    steps = [
         Step("sysinfo", ["sysinfo"], "sysinfo.txt", 120.0),
         Step("sweep", ["sweep", sweep, "--out", str(out), "--no-report"], "sweep.log", math.inf,
-             keep_after_s=sum(RESERVED_AFTER_SWEEP_S.values())),
+             keep_after_s=sum(kept.values())),
         Step("selftest", ["selftest", "--quick", "--out", str(out / "selftest.json")], "selftest.log", 600.0,
-             keep_after_s=RESERVED_AFTER_SWEEP_S["report"]),
+             keep_after_s=kept.get("report", 0.0)),
         Step("report", ["report", str(out)], "report.log", 600.0),
     ]
+    return [step for step in steps if step.name not in skip]
 
 
 def run(out: Path, budget_s: float = DEFAULT_BUDGET_S, sweep: str = SWEEP,
-        say: Callable[[str], None] = print) -> Acceptance:
-    """Every step in turn, each within its share of `budget_s`; then what was left running."""
+        say: Callable[[str], None] = print, skip: tuple[str, ...] = ()) -> Acceptance:
+    """Every step in turn (less the `skip`ped ones), each within its share of `budget_s`; then what was left
+    running."""
     out.mkdir(parents=True, exist_ok=True)
     deadline, token = time.monotonic() + budget_s, uuid.uuid4().hex
     env = {**os.environ, RUN_MARK: token}
-    result = Acceptance(out, budget_s)
+    result = Acceptance(out, budget_s, skipped=tuple(skip))
     write_environment(out)
-    for step in plan(out, sweep):
+    for name in skip:
+        say(f"== {name}: left out (--skip)")
+    for step in plan(out, sweep, skip):
         left = deadline - time.monotonic() - step.keep_after_s
         limit = min(step.most_s, left)
         if limit < 10:

@@ -2,8 +2,9 @@
 the rows a run wrote, and the table it prints last: what must hold on every real GPU row (MFU in
 (0, 1], the device and host clocks agreeing, NVML's energy against its power samples), what a
 GPU must show (AMP faster than fp32 with its outputs within tolerance, tf32 reported as tf32,
-ResNet-50 near lambdal's figure for that GPU, FSDP2's losses as plain training's), serving without
-failed requests, the selftest green and no process left behind.
+ResNet-50 near lambdal's figure for that GPU, FSDP2's losses as plain training's, how busy the GPU was
+measured on every row and the small batches host-bound, float8 compiled with its outputs checked), serving
+without failed requests, the selftest green and no process left behind.
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench_core.files import atomic_write_text
+from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import disturbances, disturbed_note
+from bench_core.results.fidelity import WITHIN
 from bench_core.results.store import iter_rows
 from bench_core.summary.reference import gpu_matches, load_reference
 
@@ -24,6 +27,7 @@ ENERGY_TOLERANCE = 0.10      # NVML's energy counter against the sampled power x
 ENERGY_MIN_WINDOW_S = 5.0    # ... judged on windows this long or longer (the power readings are 1 s averages)
 PUBLISHED_TOLERANCE = 0.15   # ResNet-50 amp training against lambdal's figure for the same GPU
 LOSS_TOLERANCE = 0.02        # FSDP2's first loss against plain training's (bf16 parameters against autocast)
+BUSY_TOLERANCE = 0.15        # gpu_busy (the profiler's kernel time) against NVML's share of time a kernel ran
 
 
 @dataclass
@@ -37,7 +41,7 @@ def finish(result) -> list[Check]:
     """The checks of a finished run (scenarios.acceptance.Acceptance), written beside its rows as
     acceptance.json."""
     rows = list(iter_rows(result.out))
-    checks = judge(rows, read_json(result.out / "selftest.json"), result.leftovers)
+    checks = judge(rows, read_json(result.out / "selftest.json"), result.leftovers, result.skipped)
     atomic_write_text(result.out / "acceptance.json", json.dumps(
         {"finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "budget_s": result.budget_s,
          "steps": [asdict(s) for s in result.steps], "checks": [asdict(c) for c in checks],
@@ -69,10 +73,12 @@ def _label(row: dict) -> str:
     return " ".join(str(p) for p in parts if p)
 
 
-def judge(rows: list[dict], selftest: dict | None, leftovers: list[str]) -> list[Check]:
+def judge(rows: list[dict], selftest: dict | None, leftovers: list[str], skipped: tuple[str, ...] = ()) -> list[Check]:
     checks = [check_rows(rows), check_mfu(rows), check_clocks(rows), check_energy(rows)]
     checks += check_resnet50(rows)
-    checks += [check_fsdp(rows), check_serving(rows), check_selftest(selftest), check_leftovers(leftovers)]
+    checks += [check_fsdp(rows), check_busy(rows), check_float8(rows), check_serving(rows)]
+    checks += [Check("bench selftest: no check failed", SKIPPED, "left out (--skip selftest)") if "selftest" in skipped
+               else check_selftest(selftest), check_leftovers(leftovers)]
     return checks
 
 
@@ -245,6 +251,51 @@ def _losses(row: dict) -> list[float]:
     if isinstance(value, str):
         value = [float(v) for v in value.replace(",", " ").split()]
     return [float(v) for v in value]
+
+
+def check_busy(rows: list[dict]) -> Check:
+    """What bound each row, measured (run/busy.py): gpu_busy on every GPU row, near NVML's share of time with a
+    kernel running, and the resnet18 inference ladder host-bound at batch 1 and not at 256 (the H200's
+    ladder: 17-31 % busy up to batch 16, 90-93 % at 64 and 256)."""
+    name = (f"GPU busy measured on every GPU row, within {BUSY_TOLERANCE:.2f} of NVML's; resnet18's ladder "
+            "host-bound at batch 1, not at 256")
+    gpu = [r for r in rows if r.get("status") == "ok" and r.get("device_type") == "cuda" and r.get("mode") != "serve"]
+    if not gpu:
+        return Check(name, SKIPPED, "no ok GPU row")
+    missing = [_label(r) for r in gpu if _num(r, "gpu_busy") is None]
+    apart = [f"{_label(r)} {_num(r, 'gpu_busy'):.2f} against NVML {_num(r, 'gpu_util_pct_mean') / 100:.2f}"
+             for r in gpu if _num(r, "gpu_busy") is not None and _num(r, "gpu_util_pct_mean") is not None
+             and abs(_num(r, "gpu_busy") - _num(r, "gpu_util_pct_mean") / 100) > BUSY_TOLERANCE]
+    ladder = {int(_num(r, "batch_size")): r for r in gpu if (r.get("model"), r.get("mode"), r.get("compile")) ==
+              ("resnet18", "infer", "off")}
+    bound = {batch: bool(host_bound(r.get("noise_flags"))) for batch, r in ladder.items()}
+    wrong = [f"batch {b} {'host-bound' if bound[b] else 'not host-bound'}" for b, want in ((1, True), (256, False))
+             if b in bound and bound[b] != want]
+    said = "; ".join(f"bs {b} " + (f"{_num(ladder[b], 'gpu_busy'):.2f}" if _num(ladder[b], "gpu_busy") is not None
+                                   else "-") + (" host-bound" if bound[b] else "") for b in sorted(ladder))
+    detail = (f"{len(gpu) - len(missing)} of {len(gpu)} rows measured; ladder: {said or 'not run'}"
+              + (f"; not measured: {', '.join(missing[:4])}" if missing else "")
+              + (f"; apart from NVML: {'; '.join(apart[:4])}" if apart else "")
+              + (f"; {', '.join(wrong)}" if wrong else ""))
+    return Check(name, FAIL if missing or apart or wrong else PASS, detail)
+
+
+def check_float8(rows: list[dict]) -> Check:
+    """float8 as it is run: compiled, against amp-bf16 under the same compile setting, its outputs checked (its
+    first training losses against amp-bf16's: results/fidelity.py)."""
+    name = "float8 training: compiled, its outputs within tolerance, against amp-bf16 under the same compile setting"
+    fp8 = [r for r in rows if str(r.get("precision")).startswith("fp8") and r.get("status") == "ok"]
+    if not fp8:
+        return Check(name, SKIPPED, "no ok float8 row (torchao not installed, or a GPU below compute capability 8.9)")
+    lines, bad = [], False
+    for row in fp8:
+        twin = next((r for r in rows if r.get("status") == "ok" and r.get("precision") == "amp-bf16" and all(
+            r.get(k) == row.get(k) for k in ("model", "mode", "batch_size", "seq_len", "compile", "parallelism"))), None)
+        ratio = f"{_num(row, 'throughput') / _num(twin, 'throughput'):.2f}x amp-bf16" if twin else "no amp-bf16 twin"
+        bad |= twin is None or row.get("compile") in (None, "off") or row.get("output_check") != WITHIN
+        lines.append(f"{_label(row)}: {_fmt(_num(row, 'throughput'))} {row.get('throughput_unit')}, {ratio}; "
+                     f"outputs: {row.get('output_check')}")
+    return Check(name, FAIL if bad else PASS, "; ".join(lines))
 
 
 def check_serving(rows: list[dict]) -> Check:
