@@ -430,3 +430,17 @@ def test_predictions_that_differ_only_in_a_setting_say_which():
     seen = [(r["model"], r["mode"], r["precision"], r["batch_size"], r["settings"]) for r in rows]
     assert len(set(seen)) == len(seen)
     assert {r["settings"] for r in rows} == {"", "fsdp", "compile default", "channels_last"}
+
+
+def test_a_source_measured_busy_is_the_gpus_step_whatever_its_launch_floor_says():
+    """The kept H200 resnet18 inference at batch 64 had a kernel running 90 % of its window (NVML): the GPU's step,
+    though its counted ops put its launch floor at 89 % of its ideal time (which made it a 'small step' carried
+    to an H100 unchanged, 1.00x). Measured busy, it is predicted by the GPUs' ceilings, as batch 256 and the
+    compiled batch 64 are; batch 1-16, measured host-bound (17-31 %), are still carried over."""
+    rows, _ = predict_dir(H200_B, [spec("H100-SXM5-80GB")])
+    ladder = {(r["batch_size"], r["settings"]): r for r in rows if r["model"] == "resnet18"}
+    eager_64, compiled_64 = ladder[(64, "")], ladder[(64, "compile default")]
+    assert eager_64["group"] == measured.INFERENCE and not eager_64["binds"].startswith("host")
+    assert eager_64["ratio"] == pytest.approx(compiled_64["ratio"], rel=0.01) and eager_64["ratio"] < 0.9
+    for batch in (1, 4, 16):
+        assert ladder[(batch, "")]["group"] == measured.SMALL_BATCH and ladder[(batch, "")]["ratio"] == 1.0

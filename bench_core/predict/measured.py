@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_core.errors import ConfigError
-from bench_core.measure.noise import current_flags
+from bench_core.measure.noise import HOST_BOUND_BUSY, current_flags
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
 from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
@@ -65,6 +65,7 @@ def configurations(rows: list[dict]) -> list[dict]:
         merged["units_per_sample"] = statistics.median(units) if units else 1.0
         merged["throughput_unit"] = (first.get("throughput_unit") if units else None) or first.get("sample_unit")
         merged["repeats"] = len(group)
+        merged["gpu_busy"] = measured_busy(group)
         out.append(merged)
     return out
 
@@ -124,13 +125,35 @@ def measured_host_bound(conf: dict) -> str:
     return host_bound(conf.get("noise_flags")) if conf.get("device_type") == "cuda" else ""
 
 
+def measured_busy(rows: list[dict]) -> tuple[float, str] | None:
+    """How busy the GPU was over a configuration's repeats (their median) and how it was measured: the
+    profiler's gpu_busy, else NVML's share of time a kernel ran; None for CPU rows and where neither was read."""
+    if not rows or rows[0].get("device_type") != "cuda":
+        return None
+    for key, scale, how in (("gpu_busy", 1.0, ""), ("gpu_util_pct_mean", 0.01, " by NVML utilization")):
+        values = [float(r[key]) * scale for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+        if values:
+            return statistics.median(values), how
+    return None
+
+
+def measured_gpu_bound(conf: dict) -> str:
+    """'gpu busy 90% by NVML utilization' where a GPU row was measured busy (HOST_BOUND_BUSY or more: its step is
+    the GPU's, whatever its launch floor says), else ''."""
+    busy = conf.get("gpu_busy")
+    return f"gpu busy {busy[0]:.0%}{busy[1]}" if busy and busy[0] >= HOST_BOUND_BUSY else ""
+
+
 def group_of(conf: dict, src: Setup | None = None) -> str:
     """Which group's measured pairs (if any) stand behind a prediction from `conf` (measured on `src`). A GPU row
-    measured host-bound is a small step whatever its ops count says: its time is the host's."""
+    measured host-bound is a small step whatever its ops count says: its time is the host's; one measured busy
+    is not, whatever its launch floor says: its time is the GPU's."""
     if measured_host_bound(conf):
         return SMALL_BATCH
     profile = profile_of(conf)
     share = floor_share(profile, times(profile, src), conf["batch_size"]) if src else None
+    if share is not None and measured_gpu_bound(conf):
+        share = 0.0
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
 
 
@@ -228,7 +251,8 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
             if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
                 value, binds = floor
         else:
-            p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf))
+            p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf),
+                        measured_gpu_bound(conf))
             value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
         above = above_roofline(efficiency, src, dst, roofline(times(profile_of(conf), dst, terms), dst))
         band = None if uncounted or above else group_band

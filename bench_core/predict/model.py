@@ -136,9 +136,10 @@ def _step_s(t: Times, batch: float, efficiency: float) -> float:
 
 
 def predict(measured: float, source: Setup, target: Setup, profile: Profile,
-            terms: tuple[str, ...] = TERMS, host_bound: str = "") -> Prediction:
+            terms: tuple[str, ...] = TERMS, host_bound: str = "", gpu_bound: str = "") -> Prediction:
     """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`. `host_bound` ('gpu busy 17%'):
-    the source row was measured host-bound, so its step is the host's whatever its launch floor says."""
+    the source row was measured host-bound, so its step is the host's whatever its launch floor says;
+    `gpu_bound` ('gpu busy 90%'): it was measured busy, so its step is the GPU's whatever its launch floor says."""
     src, dst = times(profile, source, terms), times(profile, target, terms)
     b_src = source.batch or 1.0
     b_dst = target.batch or b_src
@@ -151,7 +152,8 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
             f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
     share = floor_share(profile, src, b_src)
-    if "host-bound" in terms and (host_bound or (share is not None and share >= SMALL_STEP_FLOOR_SHARE)):
+    small = share is not None and share >= SMALL_STEP_FLOOR_SHARE and not gpu_bound
+    if "host-bound" in terms and (host_bound or small):
         # a small step: the measured time is the host's, the same on the target unless its roofline is slower
         host_step = source.gpus * b_dst / measured  # the measured step, per sample, at the target's batch
         ideal_step = b_dst * dst.sample_s + dst.comm_s
