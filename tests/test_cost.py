@@ -23,6 +23,7 @@ from bench_core.results.store import rebuild_csv
 from bench_core.summary.cost import (
     cheapest_near_fastest,
     cost_points,
+    option_text,
     pareto_front,
     picks_table,
     predicted_points,
@@ -33,6 +34,8 @@ from bench_core.summary.report import build_report
 from bench_core.sweep.plan import parse_sweep
 
 from conftest import bench_here
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_pareto_front_keeps_only_points_nothing_beats_on_both():
@@ -199,3 +202,19 @@ def test_the_report_predicts_the_gpus_the_user_names_and_the_sweep_file_can_name
     refused = bench_here(capsys, "sweep", str(path), "--dry-run", "--out", str(tmp_path / "out"))
     assert refused.returncode == 2 and "price: H100-SXM5-80GB's price must be a positive number" in refused.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_measured_gpu_row_without_a_price_is_costed_at_its_gpus_on_demand_price():
+    """The kept H200 runs carry no price_per_hour: their cost frontier had no point. Each GPU row is now priced at
+    the H200's on-demand price (gpu_prices.csv, its provider and date said), or the one the report is given."""
+    res = load_results(sorted((ROOT / "gpu" / "runs").glob("h200-2026-11-27*")))
+    points = cost_points(res)
+    shipped = gpu_price("H200-SXM-141GB")
+    assert len(points) and (points["price_per_hour"] == shipped.price_per_hour).all()
+    assert points["price_from"].str.contains(shipped.provider, regex=False).all()
+    served = points[(points["model"] == "llama-1b") & (points["mode"] == "serve") & (points["load"] == "8 users")]
+    assert served["cost_per_million"].item() == pytest.approx(
+        shipped.price_per_hour / (served["throughput"].item() * 3600) * 1e6)
+    given = cost_points(res, ["H200-SXM-141GB=3.0"])
+    assert (given["price_per_hour"] == 3.0).all() and given["price_from"].str.contains("given").all()
+    assert option_text(points[points["parallelism"] == "fsdp"].iloc[0]).endswith(", fsdp")

@@ -4,7 +4,9 @@ For each workload (model, mode, input) every configuration that ran it (machine,
 batch, devices, compile, channels_last) is one point: median throughput against median cost per
 million of the workload's items (images, volumes, tokens: its throughput unit). A point is on the Pareto frontier when no other point is at least as fast and at
 least as cheap, and better in one. The pick is the cheapest configuration within
-`NEAR_FASTEST` of the fastest. Prices come from the rows (`price_per_hour` per device-hour).
+`NEAR_FASTEST` of the fastest. Prices come from the rows (`price_per_hour` per device-hour); a GPU row without
+one is priced at its GPU's on-demand price (`bench report --price`, else bench_core/data/gpu_prices.csv, with
+its provider and date), said where the point is shown.
 
 GPUs that were not measured are drawn beside them, hollow and marked predicted (the report's Predicted
 GPUs section: summary/predicted.py), at an on-demand price per GPU-hour, with their interval; they are
@@ -15,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench_core.predict.prices import parse_prices, prices_with
+from bench_core.predict.specs import spec_for_device
 from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
 from bench_core.summary.html import (
     absent,
@@ -34,9 +38,29 @@ GROUP = ["model", "mode", "input_shape"]          # what a buyer wants run
 OPTION = ["machine", *[k for k in WORKLOAD if k not in GROUP]]   # what they can choose
 
 
-def cost_points(res: Results) -> pd.DataFrame:
-    """One point per configuration with a price: median throughput (IQR) in its unit and median cost per million items."""
-    ok = res.ok.dropna(subset=["cost_per_million", "throughput"])
+def priced(ok: pd.DataFrame, prices=None) -> pd.DataFrame:
+    """The ok rows, a GPU row without a price given its GPU's on-demand one (`prices` as `bench report --price`
+    takes them, else the shipped table) and the cost per million items at it; `price_from` says where a price
+    came from."""
+    table = prices_with(parse_prices(prices))
+    ok = ok.assign(price_from=["price_per_hour in its rows" if pd.notna(p) else None for p in ok["price_per_hour"]])
+    for index, row in ok.iterrows():
+        if pd.notna(row["price_per_hour"]) or row.get("device_type") != "cuda" or not row["throughput"] > 0:
+            continue
+        spec = spec_for_device(str(row.get("device_name") or ""))
+        price = table.get(spec.gpu) if spec else None
+        if price is not None:
+            devices = row["world_size"] if pd.notna(row.get("world_size")) else 1
+            ok.loc[index, ["price_per_hour", "currency", "price_from"]] = [price.price_per_hour, price.currency,
+                                                                           price.text()]
+            ok.loc[index, "cost_per_million"] = price.price_per_hour * devices / (row["throughput"] * 3600) * 1e6
+    return ok
+
+
+def cost_points(res: Results, prices=None) -> pd.DataFrame:
+    """One point per configuration with a price (the rows', else its GPU's on-demand price: priced): median
+    throughput (IQR) in its unit and median cost per million items."""
+    ok = priced(res.ok, prices).dropna(subset=["cost_per_million", "throughput"])
     ok = ok[(ok["cost_per_million"] > 0) & (ok["throughput"] > 0)]
     if ok.empty:
         return pd.DataFrame()
@@ -45,7 +69,7 @@ def cost_points(res: Results) -> pd.DataFrame:
         q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
         cost_per_million=("cost_per_million", "median"), throughput_unit=("throughput_unit", "first"),
         price_per_hour=("price_per_hour", "median"), currency=("currency", "first"),
-        load=("load", "first")).reset_index()
+        price_from=("price_from", "first"), load=("load", "first")).reset_index()
     points["pareto"] = False
     points["pick"] = False
     points["predicted"] = False
@@ -115,6 +139,8 @@ def option_text(point: pd.Series) -> str:
         parts.append(f"batch {int(point['batch_size'])}")
     if pd.notna(point.get("load")):  # a serving point: its load, not a batch
         parts.append(str(point["load"]))
+    if str(point.get("parallelism")) not in ("ddp", "nan", "None", ""):  # (FSDP2 beside plain training)
+        parts.append(str(point["parallelism"]))
     if pd.notna(point.get("world_size")) and point["world_size"] > 1:
         parts.append(f"x{int(point['world_size'])} devices")
     if str(point.get("compile")) not in ("off", "nan", "None", ""):
@@ -128,7 +154,7 @@ def option_text(point: pd.Series) -> str:
 def show_cost_frontier(res: Results, predict_gpus=None, prices=None) -> None:
     import matplotlib.pyplot as plt
     sns = seaborn()
-    points = cost_points(res)
+    points = cost_points(res, prices)
     predicted = predicted_points(predicted_table(res, predict_gpus, prices)[0])
     if points.empty and predicted.empty:
         absent("No cost frontier: no price per device-hour was given (`price_per_hour` in the sweep file, per "
@@ -245,5 +271,6 @@ def show_cost_table(points: pd.DataFrame) -> None:
                         "precision": "precision", "batch_size": "batch / device", "load": "load",
                         "world_size": "devices", "throughput": "throughput",
                         "throughput_unit": "unit", "price_per_hour": with_currency("price / device-hour", points),
+                        "price_from": "price from",
                         "cost_per_million": with_currency("cost / million items (of the unit)", points),
                         "pareto": "on the frontier", "pick": "pick"})
