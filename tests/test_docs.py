@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench_core import docs
-from bench_core.cli import COMMANDS
+from bench_core.cli import COMMANDS, build_parser
 from bench_core.config import BenchConfig
-from bench_core.results import columns
+from bench_core.results import columns, iter_rows
 from bench_core.workload.models import model_table
 from bench_core.workload.precision import ALIASES, PRECISIONS
 
@@ -193,3 +193,25 @@ def test_the_recorded_parameter_counts_are_checked_and_rewritten(tmp_path, monke
     assert "stale parameter counts" in capsys.readouterr().err
     assert docs.main(["--write"]) == docs.EXIT_OK and docs.main(["--check"]) == docs.EXIT_OK
     assert json.loads(recorded.read_text())["resnet18"] == count_parameters_of("resnet18") == 11_689_512
+
+
+WALK = ROOT / "docs" / "this-or-that.md"
+
+
+def test_the_this_or_that_walk_runs_commands_bench_takes_and_states_the_kept_figures():
+    """docs/this-or-that.md answers a newcomer's question from the kept runs: every bench command in it is one
+    bench's parser takes as written, and the kept figures it quotes are the kept rows' own."""
+    text = WALK.read_text()
+    commands = []
+    for block in re.findall(r"```(?:text|bash)\n(.*?)```", text, re.S):
+        joined = re.sub(r"\\\n\s*", "", block)
+        commands += [line.removeprefix("$ ").split("#")[0].split()[1:] for line in joined.splitlines()
+                     if line.removeprefix("$ ").startswith("bench ")]
+    assert len(commands) >= 6
+    for argv in commands:
+        parser = build_parser(commands=[argv[0]])
+        args, unknown = parser.parse_known_args(argv)
+        assert not unknown and args.command == argv[0], argv
+    served = {int(r["concurrency"]): r["output_tokens_per_s"] for r in iter_rows(ROOT / "gpu" / "runs" / "h200-2026-11-27")
+              if r.get("mode") == "serve" and r.get("status") == "ok"}
+    assert f"68 tokens/s to 1 user and {served[8]:.0f} to 8" in text and round(served[1]) == 68
