@@ -5,13 +5,15 @@
 # the H200 and its three minutes go to the sweep), then the harness's batch-1 check (benchmarks/harness_overhead.py:
 # a bare loop against bench run, in this process and as a process, and the notebook, on one machine).
 #   bash gpu/compare.sh OUT [SECONDS]          # default /tmp/compare, 540 s for all of it
-# Environment: SWEEP (default params/gpu-compare.yaml), HARNESS_S (seconds kept for the harness, default 110),
-# HARNESS_ARGS (its arguments; default resnet18 inference, amp-bf16, batch 1, 224 px on cuda), and gpu/site.sh's.
+# Environment: SWEEP (default params/gpu-compare.yaml), SKIP (acceptance's steps left out, default selftest),
+# HARNESS_S (seconds kept for the harness, default 110), HARNESS_ARGS (its arguments; default resnet18 inference,
+# amp-bf16, batch 1, 224 px on cuda), and gpu/site.sh's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/compare}
 TOTAL_S=${2:-540}
 SWEEP=${SWEEP:-params/gpu-compare.yaml}
+SKIP=${SKIP:-selftest}
 HARNESS_S=${HARNESS_S:-110}
 HARNESS_ARGS=${HARNESS_ARGS:---device cuda --batch-size 1 --size 224 --precision amp-bf16 --min-seconds 1 --rounds 3 --arms bare,bare-marks,run,run-quiet,run-process,notebook}
 started=$SECONDS
@@ -19,7 +21,7 @@ source gpu/site.sh || exit 3
 mkdir -p "$OUT"
 
 left=$(( TOTAL_S - (SECONDS - started) - HARNESS_S ))
-"$PY" -m bench_core acceptance --out "$OUT" --budget-s "$left" --sweep "$SWEEP" --skip selftest
+"$PY" -m bench_core acceptance --out "$OUT" --budget-s "$left" --sweep "$SWEEP" --skip "$SKIP"
 status=$?
 
 left=$(( TOTAL_S - (SECONDS - started) ))
