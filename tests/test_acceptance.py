@@ -138,13 +138,19 @@ def test_the_lent_machine_install_step_rehearsed(tmp_path):
 # -- the command itself, on this CPU, with a one-configuration sweep ----------------------------------
 
 
-@pytest.mark.slow
-def test_acceptance_runs_every_step_and_prints_its_checks(tmp_path):
+def one_configuration_sweep(tmp_path: Path, mode: str) -> Path:
+    """A sweep file of resnet18 at 32 px, batch 2, 2 steps, one repeat on the CPU: the command, not the figures."""
     sweep = tmp_path / "one.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "one", "grid": {"model": ["resnet18"], "mode": ["train"]},
+    sweep.write_text(yaml.safe_dump({"name": "one", "grid": {"model": ["resnet18"], "mode": [mode]},
                                      "settings": {"device": "cpu", "width": 32, "height": 32, "batch_size": 2,
                                                   "steps": 2, "warmup_steps": 1, "min_seconds": 0.0,
                                                   "repeats": 1}}))
+    return sweep
+
+
+@pytest.mark.slow
+def test_acceptance_runs_every_step_and_prints_its_checks(tmp_path):
+    sweep = one_configuration_sweep(tmp_path, "train")
     out = tmp_path / "out"
     proc = bench("acceptance", "--out", str(out), "--sweep", str(sweep), "--budget-s", "600")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -278,11 +284,7 @@ def test_the_compare_command_rehearsed_on_the_cpu(tmp_path):
     """gpu/compare.sh with a one-configuration CPU sweep and the harness's CPU arms: acceptance without the
     selftest (its check says it was left out), then the harness's table, all in the output folder. (The report
     and sysinfo steps are left out here too: the acceptance test above runs them.)"""
-    sweep = tmp_path / "one.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "one", "grid": {"model": ["resnet18"], "mode": ["infer"]},
-                                     "settings": {"device": "cpu", "width": 32, "height": 32, "batch_size": 2,
-                                                  "steps": 2, "warmup_steps": 1, "min_seconds": 0.0,
-                                                  "repeats": 1}}))
+    sweep = one_configuration_sweep(tmp_path, "infer")
     out = tmp_path / "out"
     env = {**ENV, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "no-wheels"), "SWEEP": str(sweep),
            "SKIP": "sysinfo,selftest,report",
