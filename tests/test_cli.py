@@ -303,11 +303,25 @@ def test_a_result_directory_without_rows_is_one_line_exit_2_for_report_and_diff(
 
 def test_bench_memory_checks_a_device_of_any_positive_size_and_names_the_size_it_refuses(capsys):
     tiny = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", "0.001")
-    assert tiny.returncode == 1 and "does not fit" in tiny.stdout and "(a 0.001 GiB device)" in tiny.stdout
+    assert tiny.returncode == 1 and "does not fit" in tiny.stdout and "(a 0.001 GiB cpu device)" in tiny.stdout
     for given in ("0", "-2"):
         refused = bench_here(capsys, "memory", "--model", "resnet18", "--device", "cpu", "--device-memory-gib", given)
         assert refused.returncode == 2 and refused.stderr.strip() == (
             f"bench memory: error: device_memory_gib: must be a positive number of GiB, got {given}")
+
+
+def test_a_memory_size_without_a_device_is_a_gpu_traced_by_cudas_autocast_rules(capsys):
+    # "A GPU you do not have here": on this CPU machine its estimate is the named GPU's, not this CPU's
+    # (CUDA's autocast keeps norms in float32, the CPU's does not: a different activation peak).
+    def estimate(*where):
+        done = bench_here(capsys, "memory", "--model", "sd-unet-tiny", "--precision", "amp-bf16", "--batch-size", "4",
+                          *where, "--json")
+        assert done.returncode in (0, 1), done.stderr
+        return json.loads(done.stdout)["estimate_bytes"]
+    sized = estimate("--device-memory-gib", "80")
+    assert sized == estimate("--gpu", "H100-SXM5-80GB") != estimate("--device", "cpu", "--device-memory-gib", "80")
+    said = bench_here(capsys, "memory", "--model", "resnet18", "--device-memory-gib", "0.001")
+    assert "(a 0.001 GiB GPU)" in said.stdout
 
 
 def test_find_batch_of_an_emulated_precision_says_so_in_its_table_as_its_warning_promises():

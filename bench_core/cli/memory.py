@@ -46,7 +46,8 @@ exit status: 0 it fits, 1 it does not, 2 bad input."""
                        help=f"a GPU by name, its memory from its datasheet (bench_core/data/gpu_peaks.csv): "
                             f"{', '.join(names_with(('memory_gb',)))}")
     where.add_argument("--device-memory-gib", type=float, metavar="GIB",
-                       help="memory of one device to check against (default: what --device has free now)")
+                       help="memory of one device to check against, traced as a CUDA GPU unless --device names "
+                            "another (default: what --device has free now)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
 
 
@@ -56,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     model = resolve_model(cfg.model)
     named = resolve_device("auto") if cfg.device == "auto" else torch.device(cfg.device)  # (not opened here)
-    device_type = "cuda" if gpu else named.type
+    # A memory size without --device is a GPU's (a CPU's memory is what it has free): traced by CUDA's rules.
+    device_type = "cuda" if gpu or (args.device_memory_gib is not None and cfg.device == "auto") else named.type
     found = estimate(model.task, model, cfg, resolve_precision(cfg.precision), device_type)
     if gpu:
         # A datasheet's "80 GB" of HBM is 80 GiB; CUDA shows about 1 % less (the kept H200: 139.8 of 141).
@@ -66,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
         gib = as_float("device_memory_gib", args.device_memory_gib, minimum=-math.inf)  # 0.5 GiB is a size too
         if gib <= 0:
             raise ConfigError("device_memory_gib", f"must be a positive number of GiB, got {gib:g}")
-        limit, where = gib * GIB, f"a {gib:g} GiB device"
+        limit, where = gib * GIB, f"a {gib:g} GiB {'GPU' if device_type == 'cuda' else device_type + ' device'}"
     else:
         backend = Backend.for_device(resolve_device(cfg.device))
         limit, where = backend.free_memory_bytes(cfg.nproc_per_node), f"{backend.device}'s free memory"
