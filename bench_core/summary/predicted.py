@@ -14,7 +14,7 @@ from bench_core.errors import ConfigError
 from bench_core.predict.measured import predict_dir
 from bench_core.predict.published import COVERAGE, QUANTILES
 from bench_core.predict.prices import parse_prices, prices_with
-from bench_core.predict.specs import gpu_list, spec
+from bench_core.predict.specs import gpu_list, spec, spec_for_device
 from bench_core.summary.charts import drop_blank_minor_ticks
 from bench_core.summary.html import note, paragraph, section, show_figure, show_table
 from bench_core.summary.load import Results
@@ -25,8 +25,8 @@ MAX_CHARTS = 6
 def predicted_table(res: Results, gpus=None, prices=None) -> tuple[pd.DataFrame, list[str]]:
     """Predicted rows for every configuration of every result directory on `gpus` (names; default the GPUs a
     person compares today, specs.COMPARED_TODAY), priced at `prices` (NAME=PRICE texts or {NAME: PRICE}, over
-    the shipped on-demand prices), and notes on what was skipped. A GPU is not predicted from its own rows:
-    its measured figure is in the report already."""
+    the shipped on-demand prices), and notes on what was skipped. A GPU measured in any of the report's
+    folders is not predicted: its measured figure is in the report already."""
     specs = [spec(name) for name in gpu_list(gpus)]
     priced = prices_with(parse_prices(prices))
     rows, notes = [], []
@@ -36,9 +36,21 @@ def predicted_table(res: Results, gpus=None, prices=None) -> tuple[pd.DataFrame,
         except ConfigError as exc:  # a folder is named, never its local path (the report is shared)
             notes.append(str(exc).replace(str(directory), Path(directory).name))
             continue
-        rows += [r for r in found if r["gpu"] != r["measured_on"]]
+        rows += found
         notes += skipped
-    return pd.DataFrame(rows), notes
+    measured = measured_gpus(res) | {r["measured_on"] for r in rows}
+    return pd.DataFrame([r for r in rows if r["gpu"] not in measured]), notes
+
+
+def measured_gpus(res: Results) -> set[str]:
+    """The GPUs the report's folders measured, as predictions name them ('1x H100-SXM5-80GB')."""
+    ok = res.ok
+    if not len(ok) or "device_type" not in ok:
+        return set()
+    gpus = ok[ok["device_type"] == "cuda"]
+    sizes = gpus["world_size"] if "world_size" in gpus else pd.Series(1, index=gpus.index)
+    return {f"{int(size) if pd.notna(size) else 1}x {found.gpu}" for name, size in zip(gpus["device_name"], sizes)
+            if (found := spec_for_device(str(name))) is not None}
 
 
 def _chart(table: pd.DataFrame) -> None:
