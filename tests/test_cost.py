@@ -180,7 +180,12 @@ def test_bench_predict_takes_a_price_and_refuses_a_bad_one_in_one_line(gpu_price
                       "--price", "H100-SXM5-80GB=2.99")
     assert done.returncode == 0 and "USD / M images" in done.stdout
     assert "H100-SXM5-80GB: 2.99 USD per GPU-hour (given)" in done.stdout
-    assert "no sourced price for RTX-3090 (give --price NAME=PRICE)" in done.stdout
+    assert "no sourced price for RTX-3090. Prices change: give yours with --price NAME=PRICE." in done.stdout
+    unpriced = bench_here(capsys, "predict", "--from", str(gpu_priced), "--gpu", "RTX-3090")
+    cost_line = next(line for line in unpriced.stdout.splitlines() if line.startswith("cost per million"))
+    assert cost_line == ("cost per million: price x GPUs / (predicted items/s x 3600) x 1e6, in the workload's own "
+                         "unit (tokens for a language model); no sourced price for RTX-3090. Prices change: give "
+                         "yours with --price NAME=PRICE.")
     for bad, said in (("H100=2", "price: unknown GPU 'H100' (did you mean"), ("H100-SXM5-80GB=-1", "positive number"),
                       ("H100-SXM5-80GB", "must be NAME=PRICE")):
         refused = bench_here(capsys, "predict", "--from", str(gpu_priced), "--gpu", "B200", "--price", bad)

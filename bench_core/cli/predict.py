@@ -126,8 +126,8 @@ def main(args: argparse.Namespace) -> int:
     unpriced = dict.fromkeys(r["gpu"].split("x ", 1)[-1] for r in rows if not r["price_from"])
     if priced or unpriced:
         print("cost per million: price x GPUs / (predicted items/s x 3600) x 1e6, in the workload's own unit "
-              "(tokens for a language model), at " + "; ".join(priced)
-              + (f"; no sourced price for {', '.join(unpriced)} (give --price NAME=PRICE)" if unpriced else "")
+              "(tokens for a language model)" + (", at " + "; ".join(priced) if priced else "")
+              + (f"; no sourced price for {', '.join(unpriced)}" if unpriced else "")
               + ". Prices change: give yours with --price NAME=PRICE.")
     beside = dict.fromkeys(r["published_pair"] for r in rows if r["published_pair"])
     if beside:

@@ -75,7 +75,7 @@ def split(item: str, field_name: str) -> tuple[str, str]:
     name, sep, value = str(item).partition("=")
     if not sep or not name.strip() or not value.strip():
         raise ConfigError(field_name, f"must be NAME=PRICE per GPU-hour (e.g. H100-SXM5-80GB=2.99, or "
-                                      f"=2.75:EUR), got {item!r}")
+                                      f"H100-SXM5-80GB=2.75:EUR), got {item!r}")
     return name, value.strip()
 
 
@@ -98,7 +98,14 @@ def prices_with(given: dict[str, Price] | None = None) -> dict[str, Price]:
 
 def cost_per_million(price: Price | None, devices: int, items_per_s: float | None) -> float | None:
     """The price of a million items (images, tokens: the throughput's unit) at `items_per_s` on `devices`
-    GPUs: price x devices / (items_per_s x 3600) x 1e6, as bench_core/results/rows.py's cost_per_million."""
-    if price is None or not items_per_s:
+    GPUs, None without a price or a throughput."""
+    return None if price is None else per_million(price.price_per_hour, devices, items_per_s)
+
+
+def per_million(price_per_hour: float, devices, items_per_s) -> float | None:
+    """price_per_hour x devices / (items_per_s x 3600) x 1e6, as bench_core/measure/efficiency.py writes a row's
+    cost_per_million; None without a positive throughput (devices missing: one)."""
+    if not items_per_s or items_per_s != items_per_s or items_per_s <= 0:
         return None
-    return price.price_per_hour * devices / (items_per_s * 3600) * 1e6
+    devices = 1 if devices is None or devices != devices else devices
+    return price_per_hour * devices / (items_per_s * 3600) * 1e6

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench_core.predict.prices import parse_prices, prices_with
+from bench_core.predict.prices import cost_per_million, parse_prices, prices_with
+from bench_core.predict.published import COVERAGE
 from bench_core.predict.specs import spec_for_device
 from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
 from bench_core.summary.html import (
@@ -53,7 +54,7 @@ def priced(ok: pd.DataFrame, prices=None) -> pd.DataFrame:
             devices = row["world_size"] if pd.notna(row.get("world_size")) else 1
             ok.loc[index, ["price_per_hour", "currency", "price_from"]] = [price.price_per_hour, price.currency,
                                                                            price.text()]
-            ok.loc[index, "cost_per_million"] = price.price_per_hour * devices / (row["throughput"] * 3600) * 1e6
+            ok.loc[index, "cost_per_million"] = cost_per_million(price, devices, row["throughput"])
     return ok
 
 
@@ -232,8 +233,8 @@ def show_cost_frontier(res: Results, predict_gpus=None, prices=None) -> None:
         paragraph("Predicted (hollow diamonds, not measured): "
                   + "; ".join(dict.fromkeys(f"{g.split('x ', 1)[-1]} at {t}" for g, t in
                                             zip(predicted["gpu"], predicted["price_from"])))
-                  + ". A prediction is never on the frontier nor the pick; its bar is the interval that holds 80 % of "
-                    "the published pairs of its kind (Predicted GPUs, below).")
+                  + ". A prediction is never on the frontier nor the pick; its bar, where its kind has one, is the "
+                    f"interval that holds {COVERAGE * 100:.0f} % of the published pairs of its kind (Predicted GPUs, below).")
     show_cost_table(pd.concat([points, predicted], ignore_index=True))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench_core.predict.prices import parse_prices, prices_with
+from bench_core.predict.prices import parse_prices, per_million, prices_with
 from bench_core.predict.specs import spec_for_device
 from bench_core.results.comparison import ONE_RUN, RUN_SHIFT, SAME_RUNS
 from bench_core.summary.effects import compare_variants, verdict_summary
@@ -21,7 +21,6 @@ from bench_core.summary.reference import MEASURED_SOURCE, definition_differences
 from bench_core.summary.speed import show_per_unit
 from bench_core.summary.text import is_number, is_present, num_text, short_list
 
-HOST_BOUND = "host-bound("  # the noise flag of a row whose GPU waited on its host (measure/noise.py)
 
 
 def kinds_in(res: Results) -> dict[str, list[str]]:
@@ -110,9 +109,9 @@ def published_pairs(model, mode, precision, input_shape, devices, kinds: tuple[s
 
 def kind_comparison(res: Results, baseline: str | None = None, prices: dict | None = None) -> pd.DataFrame:
     """Every other kind against the baseline kind (the first result directory's, or the one `baseline`
-    names), per workload both ran: medians, ratio with its interval and verdict, how the interval was made,
-    whether host-bound rows make it a comparison of hosts, the cost per million items on each, and the
-    published figures of both kinds."""
+    names), per workload both ran: medians, ratio with its interval and verdict (its text saying where
+    host-bound rows make it a comparison of hosts), how the interval was made, the cost per million items on
+    each, and the published figures of both kinds."""
     ok = res.ok
     kinds = list(kinds_in(res))
     if len(kinds) < 2:
@@ -127,14 +126,11 @@ def kind_comparison(res: Results, baseline: str | None = None, prices: dict | No
     lines = []
     for row in table.to_dict("records"):
         pair = ok[(workloads == key(row)) & ok["kind"].isin([base, row["kind"]])]
-        bound = sorted({str(k) for k, flags in zip(pair["kind"], pair["noise_flags"]) if HOST_BOUND in str(flags)})
         unit = str(pair["throughput_unit"].iloc[0]) if len(pair) else ""
         cost = {side: cost_per_million(prices.get(kind), median, row["world_size"]) for side, kind, median in
                 (("base", base, row["baseline_median"]), ("other", row["kind"], row["median"]))}
         lines.append({**row, "baseline_kind": base, "config": pair["config"].iloc[0] if len(pair) else "",
                       "throughput_unit": unit, "how": interval_words(row["unit"], pair["device_type"]),
-                      "hosts": (f"compares hosts: host-bound rows on {', '.join(bound)} (the GPU waited on its CPU)"
-                                if bound else ""),
                       "base_cost": cost["base"], "other_cost": cost["other"],
                       "instances": f"{pair.loc[pair['kind'] == base, 'machine'].nunique()} and "
                                    f"{pair.loc[pair['kind'] == row['kind'], 'machine'].nunique()}",
@@ -144,10 +140,9 @@ def kind_comparison(res: Results, baseline: str | None = None, prices: dict | No
 
 
 def cost_per_million(price: dict | None, throughput, devices) -> float:
-    """price_per_hour x devices / (throughput x 3600) x 1e6: a million of the unit's items; NaN without a price."""
-    if not price or not is_number(throughput) or throughput <= 0:
-        return float("nan")
-    return price["price_per_hour"] * (devices if is_number(devices) else 1) / (throughput * 3600) * 1e6
+    """A kind's cost of a million of the unit's items at `throughput` (predict.prices' formula); NaN without a price."""
+    found = per_million(price["price_per_hour"], devices, throughput) if price and is_number(throughput) else None
+    return float("nan") if found is None else found
 
 
 @section
@@ -183,15 +178,15 @@ def show_kinds(res: Results, baseline: str | None = None, prices=None) -> None:
     items = "".join(f"<li><strong>{esc(k)}</strong> against {esc(base)}: {esc(verdict_summary(part, 'workload'))}"
                     "</li>" for k, part in table.groupby("kind", sort=False))
     show_html(f"<p>Each kind's throughput over {esc(base)}'s on every workload both ran (above 1: faster), its "
-              "machines pooled, with a 95 % interval and verdict; the last columns say how each interval was made, "
-              "whether the rows compare hosts more than GPUs, and what a million items cost on each.</p>"
+              "machines pooled, with a 95 % interval and verdict (and, where a side was host-bound, that it "
+              "compares the hosts), how each interval was made and what a million items cost on each.</p>"
               f"<ul>{items}</ul>")
     currency = {str(p.get("currency") or "") for p in prices.values()}
     money = ", ".join(sorted(currency - {""})) or "no price"
     show_per_unit(table.assign(text_cost=[_cost_text(b, o) for b, o in zip(table["base_cost"], table["other_cost"])]), {
         "config": "workload", "kind": "kind", "baseline_median": f"{base}, {{unit}} (median)",
         "median": "this kind, {unit} (median)", "text": f"× {base} [95% CI], verdict",
-        "instances": "machines (each side)", "how": "how the interval is made", "hosts": "compares hosts?",
+        "instances": "machines (each side)", "how": "how the interval is made",
         "text_cost": f"cost per million items, {base} / this kind ({money})",
         "published": "published: this kind / base kind"})
     if prices:
