@@ -1,11 +1,13 @@
 """Predictions from our own measured rows: each configuration of a results directory (median
-samples/s over its ok repeats) carried to a GPU that was not measured, with an error band only
+samples/s over its ok repeats) carried to a GPU that was not measured, with an interval only
 where pairs of its group were measured.
 
 Each prediction belongs to one group, by what it is predicted from (bench_core/predict/groups.py):
 GPU to GPU in training, inference, LLM training and small steps (where the launch floor is a quarter
-or more of the step's ideal time). Each carries the median error of the published pairs of its group
-as its band, or says "unvalidated" with no band where the group has none. A CPU source is no
+or more of the step's ideal time, and the row was not measured busy). Each carries the interval that
+holds 80 % of its group's published pairs (10th to 90th percentile of their errors, docs/prediction.md),
+or says "unvalidated" with no interval where the group has none; beside it, the published pair of the
+same two GPUs where one exists, and its cost per million items at a sourced or given price. A CPU source is no
 prediction at all but the GPU's roofline bound for the counted work (a CPU's efficiency against its
 own peak says nothing of a GPU's), with no band. A row in a precision its device only emulates is not
 predicted from (its efficiency describes the emulation), and a disturbed row says so.
@@ -152,7 +154,7 @@ def group_of(conf: dict, src: Setup | None = None) -> str:
         return SMALL_BATCH
     profile = profile_of(conf)
     share = floor_share(profile, times(profile, src), conf["batch_size"]) if src else None
-    if share is not None and measured_gpu_bound(conf):
+    if measured_gpu_bound(conf):  # (also where its ops were not counted: the small-batch rule would guess)
         share = 0.0
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
 
@@ -213,17 +215,19 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, term
                 prices: dict[str, Price] | None = None) -> tuple[list[dict], list[str]]:
     """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped.
     prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with())."""
-    rows, notes = [], []
+    rows, notes, group_bands = [], [], bands()  # (one error table for the folder, not one a configuration)
     for conf in configurations(ok_rows(result_dir)):
-        found, note = predict_conf(conf, gpus, devices, terms, prices)
+        found, note = predict_conf(conf, gpus, devices, terms, prices, group_bands)
         rows += found
         notes += [note] if note else []
     return rows, notes
 
 
 def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
-                 prices: dict[str, Price] | None = None) -> tuple[list[dict], str | None]:
-    """One configuration (configurations()) predicted on each GPU, or a note on why it is not."""
+                 prices: dict[str, Price] | None = None, group_bands: dict[str, Band | None] | None = None
+                 ) -> tuple[list[dict], str | None]:
+    """One configuration (configurations()) predicted on each GPU, or a note on why it is not; `group_bands`:
+    bands(), where the caller predicts many."""
     prices = prices_with() if prices is None else prices
     size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
     label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
@@ -241,7 +245,7 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
     # A small batch whose ops were not counted (rows older than ops_per_step) and not measured host-bound is
     # predicted without the host-bound term, and the group's interval measures the model with it: no interval fits.
     uncounted = group == SMALL_BATCH and not eager_ops(conf) and not measured_host_bound(conf)
-    group_band, rows = bands()[group], []
+    group_band, rows = (bands() if group_bands is None else group_bands)[group], []
     for spec in gpus:
         dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
         if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
