@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/compare}
 TOTAL_S=${2:-540}
 SWEEP=${SWEEP:-params/gpu-compare.yaml}
-SKIP=${SKIP:-selftest}
+SKIP=${SKIP-selftest}  # (set and empty: nothing left out)
 HARNESS_S=${HARNESS_S:-110}
 HARNESS_ARGS=${HARNESS_ARGS:---device cuda --batch-size 1 --size 224 --precision amp-bf16 --min-seconds 1 --rounds 3 --arms bare,bare-marks,run,run-quiet,run-process,notebook}
 started=$SECONDS

@@ -282,7 +282,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def serve_load(row: dict) -> str:
-    """'concurrency 8', 'rate 4 req/s', or both (a rate with a cap on requests in flight)."""
+    """'8 users', '2.5 requests/s', or both ('2.5 requests/s, at most 16 in flight'); with neither, one request
+    at a time."""
     return load_text(row) or "one request at a time"
 
 

@@ -33,7 +33,8 @@ exit status: 0 report written, 1 the summary notebook failed, 2 bad input."""
                    help="GPUs the Predicted GPUs section and the cost frontier predict, separated by commas (names "
                         f"as bench predict --gpu takes them); default: the GPUs a person compares today, "
                         f"{','.join(COMPARED_TODAY)}")
-    add_price_argument(p, "a predicted GPU's cost per million items")
+    add_price_argument(p, "a predicted GPU's cost per million items and a measured row's that has no "
+                          "price_per_hour")
     p.add_argument("--baseline", default="", help="machine the others are compared with (part of its label, "
                    "e.g. a GPU or host name; it must name exactly one machine of the results, else exit 2 "
                    "listing them); default: the first DIR's machine")
