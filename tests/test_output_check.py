@@ -49,6 +49,18 @@ class Constant(nn.Module):
         return torch.ones(x.shape[0], 10, device=x.device) + 0 * self.scale
 
 
+class NothingFound(nn.Module):
+    """A detector's output when it found nothing: boxes of shape [0, 4], on both sides."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return {"boxes": torch.zeros(0, 4, device=x.device) * self.scale, "scores": torch.zeros(0, device=x.device)}
+
+
+register_model(ModelSpec("test_nothing_found", "classification", lambda cfg: NothingFound(), default_size=(8, 8, None)))
 register_model(ModelSpec("test_zero_head", "classification", lambda cfg: ZeroHead(), default_size=(8, 8, None)))
 register_model(ModelSpec("test_constant", "classification", lambda cfg: Constant(), default_size=(8, 8, None)))
 
@@ -65,6 +77,17 @@ def test_a_reference_whose_outputs_are_constant_is_not_checked_never_within_tole
     assert row["status"] == "ok" and row["output_check"] == (
         "not checked: the fp32 eager NCHW reference's outputs are all 1 (constant): a comparison with them could "
         "not fail") and row["output_cosine"] is None
+
+
+def test_outputs_with_no_values_are_not_checked_and_the_run_goes_on():
+    row = run_here(tiny(model="test_nothing_found", width=8, height=8, mode="infer", precision="amp-bf16"))[0]
+    assert row["status"] == "ok" and row["output_check"] == (
+        "not checked: the fp32 eager NCHW reference's outputs are empty (no values): a comparison with them could "
+        "not fail")
+    # One value other than 0 (a scalar output) can fail a comparison; one 0, or many equal values, cannot.
+    assert reference.degenerate([torch.tensor([2.5])]) == ""
+    assert reference.degenerate([torch.tensor([0.0])]).startswith("all 0 (constant)")
+    assert reference.degenerate([torch.full((3,), 2.0)]).startswith("all 2 (constant)")
 
 
 # Each built-in model at a tiny size of its own architecture (llama-8b alone would need 32 GB in fp32): text

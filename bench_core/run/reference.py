@@ -63,7 +63,7 @@ def check_outputs(cfg: BenchConfig, spec, backend, make_step: MakeStep, world_si
     tolerance = fidelity.tolerance_for(cfg.precision)
     reference = fidelity.reference_name(ref_cfg.precision)
     columns = {"output_reference": reference, "output_tolerance": tolerance.text()}
-    why = _not_checkable(cfg, ref_cfg, spec, backend, world_size, tolerance)
+    why = _not_checkable(cfg, ref_cfg, spec, backend, world_size)
     if why:
         return {**columns, "output_check": f"{fidelity.NOT_CHECKED}: {why}"}
     side = f"the {reference} reference"
@@ -88,10 +88,13 @@ def check_outputs(cfg: BenchConfig, spec, backend, make_step: MakeStep, world_si
         columns["output_reference"] = f"{reference} ({', '.join(ref.redrawn)} re-drawn: zero at initialisation)"
     if ref.ops_per_step:
         columns["reference_ops_per_step"] = ref.ops_per_step
-    return {**columns, **_compare(cfg, ref, got, tolerance, reference)}
+    try:
+        return {**columns, **_compare(cfg, ref, got, tolerance, reference)}
+    except Exception as exc:  # noqa: BLE001 - as above: an output the comparison cannot read is a note
+        return {**columns, "output_check": f"{fidelity.NOT_CHECKED}: the comparison failed ({error_message(exc)})"}
 
 
-def _not_checkable(cfg: BenchConfig, ref_cfg: BenchConfig, spec, backend, world_size: int, tolerance) -> str:
+def _not_checkable(cfg: BenchConfig, ref_cfg: BenchConfig, spec, backend, world_size: int) -> str:
     if world_size > 1:
         return "multi-process run (check it in one process)"
     if cfg.parallelism != "ddp":
@@ -182,10 +185,15 @@ def float_tensors(output) -> list[torch.Tensor]:
 
 
 def degenerate(outputs: list[torch.Tensor]) -> str:
-    """Why a reference's outputs could not fail a comparison ('all 0 (constant): ...'), or '' when they vary."""
-    values = torch.cat(outputs) if outputs else torch.zeros(1)
+    """Why a reference's outputs could not fail a comparison ('all 0 (constant): ...'), or '' when they can: they
+    vary, or are one value other than 0 (a scalar output is compared as it is)."""
+    values = torch.cat(outputs) if outputs else torch.zeros(0)
+    if not values.numel():  # e.g. a detector that found nothing: no value to compare
+        return "empty (no values): a comparison with them could not fail"
     low, high = float(values.min()), float(values.max())
-    return f"all {low:g} (constant): a comparison with them could not fail" if low == high else ""
+    if low != high or (values.numel() == 1 and low != 0):
+        return ""
+    return f"all {low:g} (constant): a comparison with them could not fail"
 
 
 def _compare(cfg: BenchConfig, ref: Side, got: Side, tolerance, reference: str) -> dict:
