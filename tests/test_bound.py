@@ -128,6 +128,16 @@ def test_a_host_bound_row_says_so_in_bench_runs_table_and_last_line():
     assert "disturbed" not in line and "re-measure" not in line
 
 
+def test_a_kept_serving_point_is_never_host_bound_by_its_nvml_share():
+    # First light's serve rows (before gpu_busy): the GPU 27 % and 36 % busy at 1 and 8 users, idle by the
+    # load it was given, not by its host; a training row of the same run with as low a share is host-bound.
+    serve = [r for r in iter_rows(H200_RUNS[0]) if r["mode"] == "serve"]
+    assert len(serve) == 2 and all(r["gpu_util_pct_mean"] < 50 for r in serve)
+    assert [current_flags(r) for r in serve] == [None, None]
+    as_training = {**serve[0], "mode": "train"}
+    assert current_flags(as_training) == f"host-bound(gpu busy {serve[0]['gpu_util_pct_mean']:.0f}% by NVML utilization)"
+
+
 def cli_rows() -> list[dict]:
     """The two bench runs of the kept H200 call (cli/): resnet18 inference at batch 1 and 64, two repeats each."""
     with open(H200_RUNS[1] / "cli" / "resnet18-infer-bs1-bs64.csv", newline="") as handle:

@@ -120,8 +120,9 @@ def power_capped_flag(row: dict) -> str | None:
 def host_bound_flag(row: dict) -> str | None:
     """'host-bound(gpu busy 31%)' for a GPU row whose GPU was busy less than HOST_BOUND_BUSY of its step, else
     None. gpu_busy is the profiler's (run/busy.py); where a GPU row has none (no CUPTI, a row from before it),
-    NVML's utilization over the window, the share of time a kernel ran, stands in and the flag says so."""
-    if row.get("device_type") != "cuda":
+    NVML's utilization over the window, the share of time a kernel ran, stands in and the flag says so. Never a
+    serving point: its GPU idles by the load it is given (1 user), not by its host."""
+    if row.get("device_type") != "cuda" or row.get("mode") == "serve":
         return None
     busy, how = _number(row.get("gpu_busy")), ""
     if busy is None:
