@@ -14,7 +14,7 @@ import pytest
 
 from bench_core import results
 from bench_core.cli import run as run_command
-from conftest import bench_here, sigint_at_default
+from conftest import bench_here, sigint_at_default, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--device", "cpu"]
@@ -179,6 +179,20 @@ def test_a_burst_of_signals_stops_a_run_in_seconds_with_its_finished_rows(tmp_pa
     assert rows and rows[-1]["status"] == "interrupted", stderr[-2000:]
     finished = [r["status"] for r in rows[:-1]]  # none in the warm-up; one or more before the window cut off
     assert set(finished) <= {"ok"} and bool(finished) == (state == "a timed window"), stderr[-2000:]
+    assert "build=" in (rows[-1]["phase_times_s"] or ""), rows[-1]  # the stopped row says where its time went too
+
+
+def test_a_stop_after_the_last_window_leaves_the_configuration_whole(monkeypatch):
+    # A Ctrl-C in the profile after the windows (run/busy.py, on a GPU): every repeat had finished.
+    from bench_core.run import runner
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner.busy, "record", stopped)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        runner.run_here(tiny(repeats=2))
+    assert [r["status"] for r in caught.value.rows] == ["ok", "ok"]
+    assert all("gpu_busy" in r["phase_times_s"] for r in caught.value.rows)
 
 
 def test_a_stop_while_a_finished_runs_rows_are_written_keeps_them(tmp_path, capsys, monkeypatch):

@@ -114,6 +114,7 @@ class Session:
         self.precision: Precision | None = None
         self.spec = self.step = self.last = self.fixed_steps = self.step_s = None
         self.failure: dict | None = None
+        self.stopped: dict | None = None  # the interrupted row of a stop before the last window (keep_finished)
         self.rows: list[dict] = []  # every finished window's row, kept before its progress line
         self.phases = Phases()  # seconds outside the first step, warm-up and windows, by phase
 
@@ -151,16 +152,19 @@ class Session:
     def stamp_phases(self) -> None:
         """Every row of this configuration says where its process spent the time outside the windows."""
         text = self.phases.text()
-        for row in self.rows + ([self.failure] if self.failure else []):
+        for row in self.rows + [r for r in (self.failure, self.stopped) if r]:
             row["phase_times_s"] = text
 
     def keep_finished(self, exc: KeyboardInterrupt) -> None:
-        """Ctrl-C or SIGTERM: the repeats that finished are kept, the rest is one interrupted row;
-        the caller (bench run, a notebook) finds them on the exception and records them."""
-        stopped = failure_row(dict(self.run), "interrupted",
-                              f"stopped by {interrupted_by(exc)} after {len(self.rows)} of {self.cfg.repeats} repeats")
-        stopped["repeat"] = len(self.rows)
-        exc.rows = self.rows + [stopped]
+        """Ctrl-C or SIGTERM: the repeats that finished are kept, the rest is one interrupted row (none when
+        every window had finished: a stop in the profile after them leaves the configuration whole); the
+        caller (bench run, a notebook) finds them on the exception and records them."""
+        if len(self.rows) < self.cfg.repeats:
+            self.stopped = failure_row(dict(self.run), "interrupted", f"stopped by {interrupted_by(exc)} after "
+                                                                      f"{len(self.rows)} of {self.cfg.repeats} repeats")
+            self.stopped["repeat"] = len(self.rows)
+        self.stamp_phases()  # (again at close, with the release: the watchdog's stop never gets there)
+        exc.rows = self.rows + ([self.stopped] if self.stopped else [])
 
     def window(self, repeat: int) -> dict:
         """One timed window -> one row (the failure row if it failed)."""
