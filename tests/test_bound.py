@@ -135,7 +135,8 @@ def test_a_kept_serving_point_is_never_host_bound_by_its_nvml_share():
     assert len(serve) == 2 and all(r["gpu_util_pct_mean"] < 50 for r in serve)
     assert [current_flags(r) for r in serve] == [None, None]
     as_training = {**serve[0], "mode": "train"}
-    assert current_flags(as_training) == f"host-bound(gpu busy {serve[0]['gpu_util_pct_mean']:.0f}% by NVML utilization)"
+    share = serve[0]["gpu_util_pct_mean"]
+    assert current_flags(as_training) == f"host-bound(gpu busy {share:.0f}% by NVML utilization)"
 
 
 def cli_rows() -> list[dict]:

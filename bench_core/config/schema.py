@@ -268,8 +268,9 @@ def _whole(name: str, minimum: int, optional: bool = False) -> Callable[[Any], i
     return lambda value: as_int(name, value, minimum=minimum, optional=optional)
 
 
-# Each field read alone, so that every wrong value is said at once (config.mistakes); the checks after them
-# combine fields, and run once each field is right.
+# Each field read alone, so that every wrong value among them is said at once (config.mistakes); the checks
+# after them combine fields, and run once each field is right, as do the serving fields' (config/serve.py,
+# one mistake at a time).
 FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "mode": lambda v: as_choice("mode", v, MODES),
     # None: the precision's own default (fp8 compiles), filled in once the precision is known

@@ -50,7 +50,8 @@ def busy_range(texts: list[str]) -> str:
 
 def bound_note(rows: list[dict]) -> str:
     """bench run's words for its ok rows: '2 host-bound (gpu busy 17-18%): the host (...) set the step's pace, not
-    the GPU; 2 power-capped (689 W of 700 W cap, ...)', or '' where neither."""
+    the GPU; 2 at the GPU's power cap (689 W of 700 W cap, ...): how this GPU runs it, not a disturbance', or ''
+    where neither."""
     ok = [r for r in rows if r.get("status") == "ok"]
     hosts = [t for t in (host_bound(r.get("noise_flags")) for r in ok) if t]
     caps = [t for t in (power_capped(r.get("noise_flags")) for r in ok) if t]

@@ -154,8 +154,9 @@ _MEASURED = [
     ("phase_times_s", "where the configuration's process spent its time, each phase timed as it happened, "
                       "seconds as name=seconds: environment, capability, memory_estimate, output_check, build (the "
                       "model, casts, workload), peak, first_step, flop_count, warmup, windows (the timed windows on "
-                      "the host clock), window_edges (telemetry's start and stop, the row), after_windows "
-                      "(profiles), release; the same in every row of the configuration"),
+                      "the host clock), window_edges (telemetry's start and stop, the row), gpu_busy (a GPU's "
+                      "profile of a few steps after the windows), after_windows (profiles), release; the same in "
+                      "every row of the configuration"),
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
     ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),

@@ -44,25 +44,13 @@ _TRACES: dict[tuple, "Trace"] = {}
 
 @dataclass(frozen=True)
 class Trace:
-    """The bytes alive at each phase's peak (forward, backward, optimizer step), by what held them
-    (TERMS); `saved` the activations alive at the end of the forward (what autograd keeps for the
-    backward, with the batch and the loss)."""
+    """The bytes alive at each phase's peak (forward, backward, optimizer step), by what held them (TERMS)."""
     phases: dict                   # phase -> {term: bytes} at that phase's peak
-    saved: int
     trained: int = 0               # bytes of the parameters that train (what DDP's buckets copy)
     blocks: int = 0                # bytes of the parameters inside the task's transformer blocks
     largest_block: int = 0         # bytes of the largest block's parameters (what FSDP gathers at once)
     stopped_at: str | None = None  # the op a partial trace stopped at; None: the whole step ran
     note: str = ""                 # what the family's trace_call leaves out
-
-    @property
-    def peak(self) -> dict:
-        """The terms at the highest peak of any phase."""
-        return max(self.phases.values(), key=lambda terms: sum(terms.values()))
-
-    @property
-    def total(self) -> int:
-        return sum(self.peak.values())
 
 
 class LiveBytes(TorchDispatchMode):
@@ -184,15 +172,15 @@ def _trace(task, spec, cfg, precision: Precision, device_type: str) -> Trace:
         loss = _sum_of_means if workload.trace_call else workload.loss
         with live, _masks_as_a_run_makes_them():
             try:
-                saved = _run(model, call, loss, optimizer, live, precision, device_type)
+                _run(model, call, loss, optimizer, live, precision, device_type)
                 stopped = None
             except Exception as exc:  # noqa: BLE001 - an op fake tensors cannot run: counted up to it, and said
-                saved, stopped = live.bytes["activations"], _op_name(exc)
+                stopped = _op_name(exc)
     phases, trained = live.peaks, _bytes(p for p in model.parameters() if p.requires_grad)
     if stopped and train:  # no backward ran: its gradients are at least the trained parameters'
         phases = {phase: {**terms, "gradients": trained} for phase, terms in phases.items()}
     blocks = [_bytes(block.parameters()) for blocks in lists for block in blocks]
-    return Trace(phases=phases or {"forward": dict(live.bytes)}, saved=saved, trained=trained, blocks=sum(blocks),
+    return Trace(phases=phases or {"forward": dict(live.bytes)}, trained=trained, blocks=sum(blocks),
                  largest_block=max(blocks, default=0), stopped_at=stopped, note=workload.trace_note)
 
 
@@ -251,16 +239,15 @@ def _optimizer_with_state(workload, cfg, model, device_type: str):
     return optimizer
 
 
-def _run(model, call, loss_of, optimizer, live: LiveBytes, precision: Precision, device_type: str) -> int:
-    """One step, each phase's new tensors under its term -> the activations alive after the forward."""
+def _run(model, call, loss_of, optimizer, live: LiveBytes, precision: Precision, device_type: str) -> None:
+    """One step, each phase's new tensors under its term."""
     with _autocast(precision, device_type), (contextlib.nullcontext() if optimizer else torch.no_grad()):
         live.begin("forward")
         out = call(model)
         loss = loss_of(out) if optimizer else None
         del out
-    saved = live.bytes["activations"]
     if optimizer is None:
-        return saved
+        return
     hooks = [p.register_post_accumulate_grad_hook(lambda p: live.move(p.grad, "gradients"))
              for p in model.parameters() if p.requires_grad]
     live.begin("backward")
@@ -271,7 +258,6 @@ def _run(model, call, loss_of, optimizer, live: LiveBytes, precision: Precision,
     optimizer.step()
     for hook in hooks:
         hook.remove()
-    return saved
 
 
 def _sum_of_means(output):

@@ -7,7 +7,8 @@ import torch
 
 
 def make_optimizer(name: str, model) -> torch.optim.Optimizer:
-    """sgd (momentum 0.9), adam or adamw, over the parameters that train, each at torch's defaults."""
+    """sgd (momentum 0.9), adam or adamw, over the parameters that train, at lr 1e-4 and torch's defaults
+    otherwise."""
     params = [p for p in model.parameters() if p.requires_grad]
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-4)

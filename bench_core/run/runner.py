@@ -198,7 +198,8 @@ class Session:
             needed = memory_estimate.estimate(task, spec, cfg, precision, device.type)
         run.update(needed.columns() if needed else {})
         memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
-        # A variant against its fp32 eager reference, built and freed here, outside every window.
+        # A variant against its reference (fp32 eager NCHW; float8: amp-bf16 eager), built and freed here, outside
+        # every window.
         with phases("output_check"):
             run.update(reference.check_outputs(cfg, spec, backend, make_step, ctx.world_size))
         run["mem_before_build_bytes"] = backend.in_use_bytes()

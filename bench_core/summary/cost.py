@@ -234,7 +234,8 @@ def show_cost_frontier(res: Results, predict_gpus=None, prices=None) -> None:
                   + "; ".join(dict.fromkeys(f"{g.split('x ', 1)[-1]} at {t}" for g, t in
                                             zip(predicted["gpu"], predicted["price_from"])))
                   + ". A prediction is never on the frontier nor the pick; its bar, where its kind has one, is the "
-                    f"interval that holds {COVERAGE * 100:.0f} % of the published pairs of its kind (Predicted GPUs, below).")
+                    f"interval that holds {COVERAGE * 100:.0f} % of the published pairs of its kind (Predicted GPUs, "
+                    "below).")
     show_cost_table(pd.concat([points, predicted], ignore_index=True))
 
 
