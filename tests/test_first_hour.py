@@ -32,6 +32,7 @@ def every_path(*roots: Path) -> set[tuple[str, int]]:
     "ladder --model llama-tiny --engine vllm --out out",
     "run --mode serve --model llama-tiny --engine vllm --out out",
     "run --model resnet18 --device cpu --batch-size 0 --out out",
+    "run --mode serve --model llama-tiny --prompt-file long.jsonl --out out",  # it wrote the model folder first
     "sweep refused.yaml --out out",
     "compare --model resnet18 --device cpu --b compile=sometimes --out out",
     "find-batch --model resnet18 --device cpu --steps 3 --out out",
@@ -51,6 +52,7 @@ def test_a_refused_command_writes_nothing_and_says_only_why(capsys, tmp_path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     serving_dir_unset(monkeypatch)
     (tmp_path / "refused.yaml").write_text(SWEEP_WITH_A_BAD_VALUE)
+    (tmp_path / "long.jsonl").write_text('{"prompt": "hello", "max_tokens": 200000}\n')  # beyond 131,072
     row = flagged_row(tiny())
     results.write_run(tmp_path / "measured", row["run_id"], [row])
     before = every_path(tmp_path)

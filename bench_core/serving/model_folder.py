@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 from bench_core.errors import ConfigError
 from bench_core.files import atomic_write_text
@@ -53,6 +54,17 @@ def model_config(model: str) -> dict:
         raise ConfigError("model", f"{spec.name} is not a causal language model; serving needs one "
                                    "(e.g. llama-tiny, llama-8b, hf:llama)")
     return dict(config)
+
+
+def planned(model: str) -> tuple[int | None, Callable]:
+    """What `model`'s folder holds, made in memory before any folder is written (a refused command writes
+    nothing): its context (max_position_embeddings as transformers fills it in) and a maker of its tokenizer."""
+    import transformers
+
+    values = model_config(model)
+    limit = getattr(transformers.AutoConfig.for_model(values.pop("model_type"), **values),
+                    "max_position_embeddings", None)
+    return (int(limit) if limit else None), lambda: build_tokenizer(int(values.get("vocab_size") or BPE_VOCAB))
 
 
 def folder_for(model: str, weights: bool = True, root: Path | None = None) -> Path:

@@ -27,7 +27,7 @@ from bench_core.serving.client import ENDPOINTS
 from bench_core.serving.energy import PointEnergy
 from bench_core.serving.engines import Engine, resolve_engine
 from bench_core.serving.load import Load, PointResult, run_point
-from bench_core.serving.model_folder import folder_for
+from bench_core.serving.model_folder import folder_for, planned
 from bench_core.serving.prompts import PromptMaker
 from bench_core.serving.records import write_records
 from bench_core.serving.server import Server, check_served
@@ -50,13 +50,21 @@ def prepare(cfg: BenchConfig) -> tuple[Engine, Path, bool]:
     if not cfg.server_url:  # before the model folder is written: a refused command leaves nothing behind
         engine.check_installed()
     dummy = bool(engine.dummy_weights) and not cfg.model_dir
+    # A prompt, trace line or conversation beyond the model's context: refused before any start, and for a
+    # named model before its folder is written.
     if cfg.model_dir:
         folder = Path(cfg.model_dir)
         check_model_dir(folder, cfg)
+        check(cfg, context_of(folder), lambda: tokenizer_of(folder))
     else:
+        check(cfg, *planned(cfg.model))
         folder = folder_for(cfg.model, weights=not dummy)
-    check(cfg, folder)  # a prompt, trace line or conversation beyond the model's context: refused before any start
     return engine, folder, dummy
+
+
+def tokenizer_of(folder: Path):
+    from transformers import AutoTokenizer  # heavy: only where it is needed
+    return AutoTokenizer.from_pretrained(folder)
 
 
 class ServingSession:
@@ -65,8 +73,7 @@ class ServingSession:
     def __init__(self, cfg: BenchConfig, server: Server, folder: Path, progress: Callable[[str], None] | None = None):
         self.cfg, self.server, self.engine = cfg, server, server.engine
         self.say = progress or (lambda text: None)
-        from transformers import AutoTokenizer  # heavy: only when a session is made
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer = tokenizer_of(folder)
         self.prompts = PromptMaker(self.tokenizer, seed=cfg.seed)
         self.context = context_of(folder)
         self.next_index = 0  # every request of the session gets a new number: no prompt repeats

@@ -18,6 +18,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from bench_core.config.traffic import MAX_FACTOR, parse_length_dist, read_prompt_file, read_trace
 from bench_core.errors import ConfigError
@@ -54,16 +55,14 @@ def render(tokenizer, messages) -> str:
                                          add_generation_prompt=True)
 
 
-def check(cfg, folder: Path, tokenizer=None) -> None:
-    """Refuse, before any request, what the model cannot take: a prompt file's line or a trace's request
-    longer than its context, or conversations that would outgrow it (one line naming the field)."""
-    limit = context_of(folder)
+def check(cfg, limit: int | None, make_tokenizer: Callable[[], object]) -> None:
+    """Refuse, before any request, what a model of context `limit` cannot take: a prompt file's line or a
+    trace's request longer than its context, or conversations that would outgrow it (one line naming the
+    field). `make_tokenizer` gives the model's tokenizer: called only with a prompt file (it is heavy)."""
     if not limit:
         return
     if cfg.prompt_file:
-        if tokenizer is None:
-            from transformers import AutoTokenizer  # heavy: only with a prompt file
-            tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer = make_tokenizer()
         for line in read_prompt_file(cfg.prompt_file):
             text = line.prompt if line.prompt is not None else render(tokenizer, line.messages)
             tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
