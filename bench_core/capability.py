@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from bench_core.errors import ConfigError
 from bench_core.workload.precision import PRECISIONS, Precision, resolve_precision
 
 NATIVE, EMULATED, UNSUPPORTED = "native", "emulated", "unsupported"
@@ -30,6 +31,11 @@ X86_NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16"
 ARM_NATIVE = {"bfloat16": ("bf16",), "float16": ("fphp", "asimdhp")}
 # Environment variables that change which kernels torch dispatches to (recorded with the answer).
 DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+# Says which CPU kind the answers are for, whatever this CPU is: the kinds the project meets (CPU_KINDS), so
+# that what depends on native or emulated precisions (labels, the default sweep's plan, the report's words) can
+# be checked for each kind on any machine (the tests do). It changes what the code reads, not the kernels torch
+# runs: rows made under it say so (cpu_dispatch_env) and are no measure of that kind's speed.
+CPU_KIND_VARIABLE = "BENCH_CPU_AS"
 
 
 # (vendor, family, first model, last model) -> microarchitecture, for CPUs whose model name says no more than
@@ -99,8 +105,37 @@ class CpuFacts:
                 "cpu_dispatch_env": " ".join(f"{k}={v}" for k, v in self.dispatch_env) or None}
 
 
+# kind -> (ISA flags as /proc/cpuinfo spells them, torch's dispatch level, oneDNN's bf16 and fp16 checks), as
+# each kind answers (the rules tests/test_capability.py checks): Intel with AMX (Sapphire Rapids and later);
+# AMD Zen 4 / Zen 5 (AVX-512 with AVX512_BF16); AVX-512 without bf16 (Ice Lake, Skylake-SP); AVX2 only (AMD
+# Zen 1-3, older Intel).
+CPU_KINDS = {
+    "amx": (frozenset("avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16 avx512_fp16 amx_bf16 amx_fp16 amx_tile"
+                      .split()), "AVX512", True, True),
+    "avx512_bf16": (frozenset("avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16".split()), "AVX512", True, False),
+    "avx512": (frozenset("avx2 fma f16c avx512f avx512bw avx512vl".split()), "AVX512", True, False),
+    "avx2": (frozenset("avx2 fma f16c".split()), "AVX2", False, False),
+}
+
+
+def cpu_kind_set() -> str | None:
+    """The CPU kind BENCH_CPU_AS names (CPU_KINDS), or None where it is unset; ConfigError for a kind not
+    in the table."""
+    kind = os.environ.get(CPU_KIND_VARIABLE, "").strip().lower()
+    if not kind:
+        return None
+    if kind not in CPU_KINDS:
+        raise ConfigError(CPU_KIND_VARIABLE, f"unknown CPU kind {kind!r}; allowed: {', '.join(CPU_KINDS)}")
+    return kind
+
+
 @functools.cache
 def cpu_facts() -> CpuFacts:
+    kind = cpu_kind_set()
+    if kind is not None:  # answers as that kind would (x86), whatever this CPU has
+        flags, level, bf16, fp16 = CPU_KINDS[kind]
+        env = tuple((k, os.environ[k]) for k in (*DISPATCH_VARIABLES, CPU_KIND_VARIABLE) if os.environ.get(k))
+        return CpuFacts("x86_64", flags, level, bf16, fp16, env)
     arch = platform.machine().lower()
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
     mkldnn = torch.ops.mkldnn
@@ -125,6 +160,15 @@ def _cpu_flags() -> frozenset[str]:
 
 def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:
     facts = facts or cpu_facts()
+    found = _cpu_rules(precision, facts)
+    kind = dict(facts.dispatch_env).get(CPU_KIND_VARIABLE)
+    if kind and found.level != UNSUPPORTED:
+        return Support(found.level, f"{found.reason} (answered for the {kind} CPU kind that {CPU_KIND_VARIABLE}="
+                                    f"{kind} sets; the kernels that run are this CPU's)")
+    return found
+
+
+def _cpu_rules(precision: Precision, facts: CpuFacts) -> Support:
     if precision.float8_recipe:
         return Support(UNSUPPORTED, f"{FLOAT8_NEEDS}; no CPU has float8 matrix units (torch's CPU float8 matmul is "
                                     "a reference implementation: it would time an emulation)")
@@ -269,8 +313,8 @@ def cpu_slowdown(precision_name: str, mode: str) -> float:
 
 def _measured_cpu_support(precision: Precision, mode: str) -> Support:
     found = cpu_support(precision)
-    if found.level != NATIVE or precision.compute_dtype == "float32":
-        return found
+    if found.level != NATIVE or precision.compute_dtype == "float32" or cpu_kind_set() is not None:
+        return found  # (a kind set by BENCH_CPU_AS answers by its rules: this CPU's kernels are not that kind's)
     short = {"bfloat16": "bf16", "float16": "fp16"}[precision.compute_dtype]
     mode = "train" if mode == "train" else "infer"  # generate runs forward passes: infer's kernels
     slow = cpu_slowdown(precision.name, mode)

@@ -18,6 +18,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from bench_core import BenchConfig  # noqa: E402
+from bench_core.capability import CPU_KIND_VARIABLE, CPU_KINDS  # noqa: E402
 from bench_core.cli import main  # noqa: E402
 from bench_core.files import skip_iri_grammars  # noqa: E402
 
@@ -35,6 +36,26 @@ def tiny(**changes) -> BenchConfig:
 @pytest.fixture
 def tiny_config():
     return tiny
+
+
+def forget_cpu_answers() -> None:
+    """Drop what this process has read of its CPU (its kind, its precisions' answers, the environment
+    columns), so that the next reading sees BENCH_CPU_AS as it is now."""
+    from bench_core import capability
+    from bench_core.measure import environment
+    capability.cpu_facts.cache_clear()
+    environment.machine_facts_forget()
+
+
+@pytest.fixture(params=list(CPU_KINDS))
+def cpu_kind(request, monkeypatch):
+    """A test whose answer depends on what the CPU runs natively runs once per CPU kind the suite meets
+    (capability.CPU_KINDS: Intel with AMX, Zen 4/5 with AVX512_BF16, AVX-512 alone, AVX2 alone), through
+    BENCH_CPU_AS: in this process and in every process it starts. The kernels stay this CPU's."""
+    monkeypatch.setenv(CPU_KIND_VARIABLE, request.param)
+    forget_cpu_answers()
+    yield request.param
+    forget_cpu_answers()  # (the variable is restored after this, by monkeypatch: nothing reads it between)
 
 
 @contextlib.contextmanager

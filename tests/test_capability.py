@@ -127,6 +127,40 @@ def test_sysinfo_prints_the_precision_table(capsys):
     assert data["cpu_isa_dispatch"] == torch.backends.cpu.get_cpu_capability()
 
 
+KIND_ANSWERS = {"amx": (NATIVE, NATIVE), "avx512_bf16": (NATIVE, EMULATED), "avx512": (EMULATED, EMULATED),
+                "avx2": (EMULATED, EMULATED)}  # (bf16, fp16) on each kind the suite meets
+
+
+def test_bench_cpu_as_answers_as_each_kind_and_says_so(capsys, cpu_kind):
+    """BENCH_CPU_AS=KIND: sysinfo, a row's columns and the CPU plan answer as that kind, wherever the suite runs,
+    and every reason names the setting (the kernels are still this CPU's)."""
+    from bench_core import cli
+    assert cli.main(["sysinfo", "--device", "cpu", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    table = {line["precision"]: line for line in data["precisions"]}
+    assert (table["amp-bf16"]["support"], table["amp-fp16"]["support"]) == KIND_ANSWERS[cpu_kind]
+    assert all(f"BENCH_CPU_AS={cpu_kind} sets" in line["reason"] for line in table.values()
+               if line["support"] != UNSUPPORTED)
+    assert data["cpu_dispatch_env"].endswith(f"BENCH_CPU_AS={cpu_kind}")
+    assert data["cpu_isa_dispatch"] == ("AVX2" if cpu_kind == "avx2" else "AVX512")
+    assert cli.main(["sweep", str(ROOT / "params" / "default.yaml"), "--dry-run"]) == 0
+    skipped = "amp-bf16 train is emulated on cpu" in capsys.readouterr().out
+    assert skipped == (KIND_ANSWERS[cpu_kind][0] == EMULATED)  # the CPU suite's `emulated: skip`
+
+
+def test_an_unknown_cpu_kind_is_one_line_naming_the_variable_and_the_kinds(monkeypatch, capsys):
+    from bench_core import cli
+    from conftest import forget_cpu_answers
+    monkeypatch.setenv("BENCH_CPU_AS", "zen9")
+    forget_cpu_answers()
+    try:
+        assert cli.main(["sysinfo", "--device", "cpu"]) == 2
+    finally:
+        forget_cpu_answers()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "BENCH_CPU_AS: unknown CPU kind 'zen9'; allowed: amx, avx512_bf16" in err
+
+
 @contextlib.contextmanager
 def busy_processes(count: int):
     """`count` processes spinning on the CPU (as another user's jobs would), killed on the way out."""

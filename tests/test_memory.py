@@ -117,8 +117,11 @@ def test_the_reports_memory_table_sets_todays_estimate_beside_each_kept_training
 
 
 def allocated_by_a_cpu_step(cfg: BenchConfig) -> tuple[int, int]:
-    """(peak bytes torch's CPU allocator gave out during one training step after a first, batch bytes): the
-    profiler's memory events, each with the allocator's running total of what it gave out while profiling."""
+    """(peak bytes torch's CPU allocator gave out to tensors during one training step after a first, batch bytes):
+    the profiler's memory events, each alloc paired with its free by address. An allocation made and freed inside
+    the one op that made it is that kernel's own workspace (oneDNN's convolution buffers, as cuDNN's on a GPU):
+    the estimate says it does not count them, and their size is the CPU kind's (resnet18's backward at 64 px:
+    38 MB blocks under AVX2, 82.6 MB in all against 57.6 MB of tensors), so they are left out here."""
     import tempfile
 
     import torch
@@ -139,12 +142,30 @@ def allocated_by_a_cpu_step(cfg: BenchConfig) -> tuple[int, int]:
         step()
     with tempfile.TemporaryDirectory() as folder:
         prof.export_chrome_trace(f"{folder}/trace.json")
-        events = [e["args"] for e in json.loads(Path(f"{folder}/trace.json").read_text())["traceEvents"]
-                  if e.get("name") == "[memory]" and e["args"].get("Device Type", 0) == 0]
-    start = events[0]["Total Allocated"] - events[0]["Bytes"]
+        trace = json.loads(Path(f"{folder}/trace.json").read_text())["traceEvents"]
+    events = sorted((e for e in trace if e.get("name") == "[memory]" and e["args"].get("Device Type", 0) == 0),
+                    key=lambda e: e["ts"])
+    ops = sorted(((e["ts"], e["ts"] + e["dur"]) for e in trace if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+                 key=lambda span: span[1] - span[0])  # innermost (shortest) first
+
+    def innermost_end(ts: float) -> float | None:
+        return next((end for begin, end in ops if begin <= ts <= end), None)
+    workspace, made = set(), {}
+    for i, event in enumerate(events):
+        if event["args"]["Bytes"] > 0:
+            made[event["args"]["Addr"]] = i
+        elif (first := made.pop(event["args"]["Addr"], None)) is not None:
+            end = innermost_end(events[first]["ts"])
+            if end is not None and event["ts"] <= end:
+                workspace |= {first, i}
+    total = peak = 0
+    for i, event in enumerate(events):
+        if i not in workspace:
+            total += event["args"]["Bytes"]
+            peak = max(peak, total)
     batch = sum(t.untyped_storage().nbytes() for t in torch.utils._pytree.tree_flatten(workload.inputs)[0]
                 if isinstance(t, torch.Tensor))
-    return max(e["Total Allocated"] for e in events) - start, batch
+    return peak, batch
 
 
 @pytest.mark.parametrize("changes", [
@@ -157,9 +178,8 @@ def allocated_by_a_cpu_step(cfg: BenchConfig) -> tuple[int, int]:
 ], ids=lambda c: c["model"])
 def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(changes):
     # What the step allocates beyond what it starts with (parameters, optimizer state, the batch), traced on
-    # fake tensors against torch's CPU allocator counting it. (Not for 3D convolutions: the CPU's own
-    # convolution buffers, which a GPU does not have, come through that allocator: unet3d's step allocates
-    # 1.2x the estimate here.)
+    # fake tensors against torch's CPU allocator counting it, its kernels' own workspaces left out (they are
+    # the CPU kind's, and the estimate says it does not count them).
     cfg = BenchConfig(**changes, device="cpu")
     found = estimated(cfg, device_type="cpu")
     allocated, batch = allocated_by_a_cpu_step(cfg)

@@ -20,13 +20,14 @@ import pandas as pd
 import pytest
 from torch import nn
 
-from bench_core import cli, results, run_benchmark, summary
+from bench_core import capability, cli, results, run_benchmark, summary
 from bench_core.config import BenchConfig
 from bench_core.summary import screenshot
 from bench_core.summary.absent import gather
 from bench_core.summary.report import HIDDEN_TAGS, build_report
 from bench_core.workload.family import ModelSpec
 from bench_core.workload.models import register_model
+from bench_core.workload.precision import resolve_precision
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"
@@ -608,20 +609,24 @@ def test_a_table_shows_every_field_its_rows_differ_in(dirs, tmp_path):
         "resnet18 train fp32 bs2 3x32x32", "resnet18 train fp32 bs2 3x32x32 activation_checkpointing=full"]
 
 
-def test_precisions_run_at_their_own_best_batches_are_compared_each_at_its_best(dirs, tmp_path):
+def test_precisions_run_at_their_own_best_batches_are_compared_each_at_its_best(dirs, tmp_path, cpu_kind):
     """Issue 60: fp32 and tf32 ran at batch 640, AMP at 1280 (each the most it fits, lambdal's way), so
     the AMP section compared only tf32 with fp32. Each precision is also compared at its own best batch
-    and layout, with an interval where both sides have two repeats, and says so."""
+    and layout, with an interval where both sides have two repeats, and says so. On every CPU kind: the
+    amp-bf16 rows say what that kind would record (native on AMX and Zen 4/5, emulated on AVX2 alone)."""
+    amp_support = capability.cpu_support(resolve_precision("amp-bf16")).level
     train = [r for run in sorted((dirs["cpu"] / "runs").iterdir()) for r in results.read_run(run)
              if r["mode"] == "train"]
-    bigger = [{**r, "batch_size": 8, "run_id": "amp-at-8"} for r in train if r["precision"] == "amp-bf16"]
+    bigger = [{**r, "batch_size": 8, "run_id": "amp-at-8", "precision_support": amp_support} for r in train
+              if r["precision"] == "amp-bf16"]
     results.write_run(tmp_path, "fp32", [r for r in train if r["precision"] == "fp32"])
     results.write_run(tmp_path, "amp", bigger)
     table = summary.amp_speedup_table(summary.load_results([tmp_path]))
     fp32_best = max((2, 4), key=lambda b: statistics.median(r["throughput"] for r in train
                                                            if r["precision"] == "fp32" and r["batch_size"] == b))
     (row,) = table.to_dict("records")
-    assert (row["precision"], row["batch_size"]) == ("amp-bf16", 8)
+    label = "amp-bf16 (emulated)" if amp_support == "emulated" else "amp-bf16"
+    assert (row["precision"], row["batch_size"]) == (label, 8)
     assert row["batches"] == f"each at its best: batch 8, NCHW and fp32's batch {fp32_best}, NCHW"
     assert re.fullmatch(r"\d+\.\d\dx " + INTERVAL + OUTPUTS_WITHIN, row["text"]), row["text"]
     assert (row["baseline_repeats"], row["repeats_text"]) == ("2", "2")

@@ -114,6 +114,11 @@ def collect(device: torch.device | None = None) -> dict:
     return env
 
 
+def machine_facts_forget() -> None:
+    """Read the machine again at the next row (a test that sets BENCH_CPU_AS in this process)."""
+    _machine.cache_clear()
+
+
 @functools.cache
 def _machine() -> dict:
     cuda = torch.cuda.is_available()

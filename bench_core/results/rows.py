@@ -292,7 +292,7 @@ _ENVIRONMENT = [
     ("precision_support_reason", "why the precision is native or emulated on this device"),
     ("cpu_isa_dispatch", "torch's CPU dispatch level (AVX512, AVX2, ...)"),
     ("cpu_dtype_flags", "the CPU's bf16/fp16 ISA flags (avx512_bf16, amx_bf16, avx512_fp16, ...)"),
-    ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set"),
+    ("cpu_dispatch_env", "ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA / BENCH_CPU_AS when set"),
     ("project_version", "notebook-bench version"), ("git_commit", "project commit"),
     ("slurm_job_id", "SLURM job id (of the array, for an array task); empty outside SLURM"),
     ("slurm_array_task_id", "SLURM array task id (bench slurm: one task per sweep execution)"),
