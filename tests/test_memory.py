@@ -223,3 +223,37 @@ def test_a_long_prompt_costs_its_length_not_its_square():
     assert activations(4096, "train") < 5 * activations(1024, "train")
     assert estimated(BenchConfig(model="llama-tiny", mode="generate", prompt_len=131000, new_tokens=2, batch_size=1,
                                  device="cpu"), "cpu").total < 2**30
+
+
+SMALL_LLAMA = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 8,
+               "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("name", ["hf:small-llama.json", "gpt2", "t5-base", "bert-base"])
+def test_a_transformers_parameter_count_from_one_and_two_layers_is_its_whole_count(name, tmp_path, monkeypatch):
+    # The memory floor counts a deep transformer from models of one and two layers (a 1.2-trillion-parameter config
+    # in a second); a whole meta build counts every parameter: the two agree on the models we ship and a Llama's.
+    import torch
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "small-llama.json").write_text(json.dumps(SMALL_LLAMA))
+    spec, cfg = resolve_model(name), BenchConfig(model=name, device="cpu")
+    with torch.device("meta"):
+        whole = sum(p.numel() for p in spec.build(cfg).parameters())
+    assert spec.task.parameter_count(spec, cfg) == whole
+
+
+@pytest.mark.parametrize("changes", [dict(model="resnet18", width=32, height=32, batch_size=2),
+                                     dict(model="llama-tiny", seq_len=32, batch_size=2, optimizer="adamw"),
+                                     dict(model="llama-tiny", seq_len=32, batch_size=2, mode="infer", precision="bf16"),
+                                     dict(model="dlrm", rows_per_table=10_000, batch_size=64)],
+                         ids=lambda c: f"{c['model']}-{c.get('mode', 'train')}")
+def test_the_floor_said_before_any_trace_is_the_traced_estimates_own_terms_at_most(changes):
+    """What a configuration holds whatever its batch (parameters, gradients, optimizer state from the parameter
+    count), said before a trace: never more than the trace finds, and the same parameters within rounding."""
+    from bench_core.run.memory_estimate import floor
+    cfg = BenchConfig(**changes, device="cpu")
+    spec, precision = resolve_model(cfg.model), resolve_precision(cfg.precision)
+    least, traced = floor(spec.task, spec, cfg, precision), estimate(spec.task, spec, cfg, precision, "cpu")
+    assert least.total <= traced.total and "not traced: a floor" in least.text()
+    assert least.parameters <= traced.parameters <= least.parameters * 1.05 + 2**20  # (buffers; 512-byte blocks)
+    assert least.optimizer <= traced.optimizer  # (gradients: fewer at a backward's peak than at its end)

@@ -84,6 +84,42 @@ def estimate(task, spec, cfg, precision: Precision, device_type: str = "cuda") -
     return _from_shapes(task, spec, cfg, precision, model)
 
 
+def floor(task, spec, cfg, precision: Precision) -> MemoryEstimate | None:
+    """What one rank holds whatever its batch: the parameters and, in training, their gradients and optimizer
+    state, from the parameter count alone (the task's, from a transformer's one and two layers; else counted
+    on a meta build), each divided as the parallelism divides it (a tensor-parallel split counted as if it
+    split everything: a floor). No trace: a configuration that cannot hold even this is an `oom` row in
+    seconds, whatever its size. None where the model cannot be built on meta."""
+    count = task.parameter_count(spec, cfg)
+    trained_count = count
+    if count is None:
+        try:
+            with torch.device("meta"), torch.random.fork_rng(devices=[]):
+                model = spec.build(cfg)
+        except Exception:  # noqa: BLE001 - a builder that cannot build on meta: the trace or the run decides
+            return None
+        count = sum(p.numel() for p in model.parameters())
+        trained_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    layout = Layout.of(cfg)
+    parts = layout.shard * layout.tp
+    weights, trained = (n * _parameter_bytes(precision) // parts for n in (count, trained_count))
+    stated = task.memory_needed(cfg)
+    if stated is not None or cfg.mode != "train":
+        # (sparse embedding tables, the task's own figure: their gradients and state are as sparse as a batch)
+        weights = max(weights, stated[0]) if stated else weights
+        trained = 0
+    how = ["parameters" + (", gradients and optimizer state" if trained else "") +
+           " alone, from the parameter count (not traced: a floor)"] + \
+        ([f"{cfg.parallelism} over {parts}"] if parts > 1 else [])
+    return MemoryEstimate(parameters=weights, gradients=trained, optimizer=OPTIMIZER_STATES[cfg.optimizer] * trained,
+                          how="; ".join(how))
+
+
+def _parameter_bytes(precision: Precision) -> int:
+    """Bytes a parameter takes in the run: its cast dtype's, else float32's."""
+    return torch.finfo(getattr(torch, precision.cast_dtype)).bits // 8 if precision.cast_dtype else 4
+
+
 def _traced(task, spec, cfg, precision: Precision, trace: Trace, device_type: str) -> MemoryEstimate:
     """The trace's highest phase as one rank holds it. FSDP divides parameters, gradients and optimizer
     state over its shards (and the optimizer step's temporaries with them) and gathers two blocks at a
@@ -195,6 +231,9 @@ def largest_batch_that_fits(task, spec, cfg, precision: Precision, limit_bytes: 
     estimate itself."""
     def at(batch: int) -> MemoryEstimate | None:
         return estimate(task, spec, cfg.replace(batch_size=batch), precision, device_type)
+    least = floor(task, spec, cfg.replace(batch_size=1), precision)
+    if least is not None and least.total > limit_bytes:  # no batch fits: said without a trace
+        return 0, least
     one, two = at(1), at(2)
     if one is None or two is None or one.stated:
         return None

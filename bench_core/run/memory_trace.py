@@ -40,6 +40,12 @@ PHASES = {"forward": "activations", "backward": "transient", "step": "transient"
 ROUNDING = 512  # the CUDA caching allocator's smallest block: every allocation is a multiple of it
 KEPT_TRACES = 64
 _TRACES: dict[tuple, "Trace"] = {}
+_MADE = [0]  # traces run in this process (a test checks that a configuration too large for any was refused untraced)
+
+
+def traces_made() -> int:
+    """How many steps this process has traced (not the ones answered from the kept traces)."""
+    return _MADE[0]
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ def trace_step(task, spec, cfg, precision: Precision, device_type: str) -> Trace
     if key not in _TRACES:
         if len(_TRACES) >= KEPT_TRACES:
             _TRACES.pop(next(iter(_TRACES)))
+        _MADE[0] += 1
         try:
             _TRACES[key] = _trace(task, spec, cfg, precision, device_type)
         finally:

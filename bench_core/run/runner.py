@@ -194,10 +194,14 @@ class Session:
         task = spec.task
         run.update(task.config_facts(cfg))  # before the build: a build that fails says them too
         phases = self.phases
-        with phases("memory_estimate"):  # on fake tensors: nothing allocated
+        processes = cfg.nproc_per_node if ctx.world_size > 1 else 1
+        with phases("memory_estimate"):  # nothing allocated: what the parameter count says, then fake tensors
+            least = memory_estimate.floor(task, spec, cfg, precision)
+            run.update(least.columns() if least else {})
+            memory_estimate.check_fits(least, backend, processes)  # too large for any trace: an oom row at once
             needed = memory_estimate.estimate(task, spec, cfg, precision, device.type)
         run.update(needed.columns() if needed else {})
-        memory_estimate.check_fits(needed, backend, cfg.nproc_per_node if ctx.world_size > 1 else 1)
+        memory_estimate.check_fits(needed, backend, processes)
         # A variant against its reference (fp32 eager NCHW; float8: amp-bf16 eager), built and freed here, outside
         # every window.
         with phases("output_check"):

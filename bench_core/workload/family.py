@@ -134,6 +134,11 @@ class Task:
         memory makes the run an `oom` row without trying. None: not known."""
         return None
 
+    def parameter_count(self, spec: "ModelSpec", cfg) -> int | None:
+        """The model's parameters, counted without building the whole of it (a transformer's: from one and two
+        of its layers), for the memory floor said before any trace; None: counted on a meta build instead."""
+        return None
+
     def transformer_blocks(self, model) -> list:
         """The model's lists of transformer blocks (torch.nn.ModuleList), which FSDP shards one by one and
         activation checkpointing wraps; [] where the task declares none."""

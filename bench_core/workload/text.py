@@ -201,6 +201,14 @@ class TextTask(Task):
             how = f"prompt {cfg.prompt_len} + {cfg.new_tokens} new - 1"
         return shape.kv_cache_bytes(spec.builder.hf_config(), sequences, tokens, dtype_bytes, cross, how)
 
+    def parameter_count(self, spec: ModelSpec, cfg) -> int | None:
+        def count(layers: dict) -> int:
+            import torch  # (the text family's declarations are read without torch; counting builds on meta)
+            with torch.device("meta"), torch.random.fork_rng(devices=[]):
+                model = TextModel({**spec.builder.config, **layers}).build(self)
+            return sum(p.numel() for p in model.parameters())
+        return shape.count_by_layers(spec.builder.config, count)
+
     def transformer_blocks(self, model) -> list:
         return shape.transformer_blocks(model)
 

@@ -36,6 +36,28 @@ def flops_formula(model, cfg) -> tuple[float, str] | None:
     return float(factor * forward), f"formula: {per_token} per token (PaLM B; N = {n:,} multiplying parameters)"
 
 
+# The config keys that count a transformer's repeated layers (decoder-only, encoder-decoder, GPT-2's).
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
+COUNTED_WHOLE_UP_TO = 4  # layers: a model this shallow is counted on a whole meta build (as quick)
+
+
+def count_by_layers(config: dict, count) -> int | None:
+    """A deep transformer's parameter count from models of one and two layers (`count(layers)` builds one on
+    the meta device with those layer counts and counts it): the one-layer model, plus each layer key's extra
+    layer times the layers it has beyond one. Exact for a stack of identical layers; a 1.2-trillion-parameter
+    config is counted in a second, where its whole meta build takes many. None where it does not apply (a
+    shallow model; a config whose values depend on its layer count refuses the smaller ones)."""
+    keys = [k for k in LAYER_KEYS if isinstance(config.get(k), int) and config[k] > COUNTED_WHOLE_UP_TO]
+    if not keys or any(isinstance(v, (list, tuple)) and len(v) in {config[k] for k in keys} for v in config.values()):
+        return None  # (a per-layer list, as layer_types: its model differs layer by layer)
+    ones = dict.fromkeys(keys, 1)
+    try:
+        base = count(ones)
+        return base + sum((count({**ones, key: 2}) - base) * (config[key] - 1) for key in keys)
+    except (ValueError, TypeError, KeyError, IndexError):  # a config that cannot be made smaller
+        return None
+
+
 def attention_shape(config) -> tuple[int, int, int] | None:
     """(attention layers, query heads, head dim) from a transformers config; an encoder-decoder's
     layers are its encoder's plus twice its decoder's (self- and cross-attention)."""
