@@ -47,6 +47,16 @@ def forget_cpu_answers() -> None:
     environment.machine_facts_forget()
 
 
+@pytest.fixture
+def real_cpu(monkeypatch):
+    """A test of this CPU's own detection (torch's dispatch level, oneDNN's checks, the timed block) reads the
+    machine itself, even in a suite run as another kind (BENCH_CPU_AS=KIND make test)."""
+    monkeypatch.delenv(CPU_KIND_VARIABLE, raising=False)
+    forget_cpu_answers()
+    yield
+    forget_cpu_answers()
+
+
 @pytest.fixture(params=list(CPU_KINDS))
 def cpu_kind(request, monkeypatch):
     """A test whose answer depends on what the CPU runs natively runs once per CPU kind the suite meets

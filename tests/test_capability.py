@@ -19,6 +19,8 @@ from bench_core.measure import efficiency, flops, peaks
 from bench_core.capability import EMULATED, NATIVE, UNSUPPORTED, CpuFacts, cpu_support, cuda_support
 from bench_core.workload.precision import PRECISIONS
 
+# Every test here reads this CPU's own answers (or sets the kind it checks: the cpu_kind fixture, CpuFacts).
+pytestmark = pytest.mark.usefixtures("real_cpu")
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 ON_X86 = os.uname().machine in ("x86_64", "AMD64")
 

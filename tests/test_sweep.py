@@ -275,25 +275,26 @@ def test_shipped_sweep_files_are_valid():
             assert len({(c.device, c.model) for c in execution.configs}) == 1
 
 
-AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-@pytest.mark.skipif(sys.platform != "linux" or __import__("platform").machine() != "x86_64",
-                    reason="ATEN_CPU_CAPABILITY=avx2 is an x86 dispatch level")
-def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path):
-    """On an AVX2-only CPU the default suite runs fp32 only; --dry-run says why and runs nothing."""
-    import os
-    out = subprocess.run([sys.executable, "-m", "bench_core", "sweep", "params/default.yaml", "--dry-run",
-                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                         env={**os.environ, **AVX2_ONLY})
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path, capsys, cpu_kind):
+    """Where bf16 is emulated (an AVX2-only CPU, or AVX-512 without bf16) the default suite runs fp32 only;
+    --dry-run says why and runs nothing. Where it is native (AMX, Zen 4/5) amp-bf16 is planned too."""
+    from bench_core.capability import cpu_support
+    from bench_core.workload.precision import resolve_precision
+    proc = bench_here(capsys, "sweep", str(ROOT / "params" / "default.yaml"), "--dry-run", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    emulated = cpu_support(resolve_precision("amp-bf16")).level == "emulated"
     # six image models in train and infer, and llama-tiny in train and generate (resnet18's batch curve and
     # channels_last, and the two serving points, are fp32 only)
     for mode, count in (("train", 7), ("infer", 6), ("generate", 1)):
-        assert f"amp-bf16 {mode} is emulated on cpu, so its {count} configuration(s) are left out (emulated: skip)" in text
-    assert "plan: 19 configuration(s) in 7 execution(s)" in text and "fp32 serve" in text and "min (an estimate" in text
-    assert "amp-bf16" not in text.split("note:")[-1].split("\n", 1)[1]  # no execution of it is listed
+        said = f"amp-bf16 {mode} is emulated on cpu, so its {count} configuration(s) are left out (emulated: skip)"
+        assert (said in text) == emulated, text
+    planned = "plan: 19 configuration(s) in 7 execution(s)" if emulated else "plan: 33 configuration(s) in 7 execution(s)"
+    assert planned in text and re.search(r"fp32 +serve", text) and "min (an estimate" in text
+    listed = text.split("note:")[-1].split("\n", 1)[1] if emulated else text
+    assert ("amp-bf16" in listed) != emulated  # an execution of it is listed only where it runs natively
     assert not (tmp_path / "out").exists()
 
 
