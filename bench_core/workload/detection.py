@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bench_core.errors import ConfigError
-from bench_core.workload.family import ModelSpec, Workload
+from bench_core.workload.family import ModelSpec, Workload, seeded_generator
 from bench_core.workload.vision import ImageTask
 
 DETECTION_CLASSES = 91
@@ -61,7 +61,7 @@ class DetectionTask(ImageTask):
 
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         w, h = cfg.width, cfg.height
         images = [torch.rand((3, h, w), device=device, generator=generator).to(dtype) for _ in range(cfg.batch_size)]
         targets = [random_target(w, h, device, generator, self.masks) for _ in range(cfg.batch_size)]

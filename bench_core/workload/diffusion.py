@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench_core.errors import ConfigError
-from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor
+from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor, seeded_generator
 
 VAE_FACTOR = 8         # an image is 8x the latent's side (SD's VAE; DiT's pipeline uses the same VAE)
 LATENT_CHANNELS = 4
@@ -134,7 +134,7 @@ class DiffusionTask(Task):
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
         import torch.nn.functional as F
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         denoiser: Denoiser = spec.builder
         guided = cfg.mode == "infer"
         rows = 2 * cfg.batch_size if guided else cfg.batch_size  # guidance: both halves in one call

@@ -193,6 +193,14 @@ class ModelSpec:
         return self.task.build(self, cfg)
 
 
+def seeded_generator(device, seed: int):
+    """The random generator a workload draws its batch from, on its device. On the meta device (the memory
+    estimate's trace: shapes only, nothing drawn) a CPU generator, which torch's random ops there accept."""
+    import torch
+    where = torch.device(device)
+    return torch.Generator(device="cpu" if where.type == "meta" else where).manual_seed(seed)
+
+
 def random_tensor(shape, device, dtype, generator, memory_format=None):
     """randn on the device in float32, then cast: the same values for every dtype and seed."""
     import torch

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from bench_core.errors import ConfigError
-from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor
+from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor, seeded_generator
 from bench_core.workload.precision import resolve_precision
 
 DENSE_FEATURES = 13         # Criteo's integer features
@@ -125,7 +125,7 @@ class RecommendationTask(Task):
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
         import torch.nn.functional as F
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         dense = random_tensor((cfg.batch_size, DENSE_FEATURES), device, dtype, generator)
         clicks = torch.randint(0, 2, (cfg.batch_size,), device=device, generator=generator).float()
         indices = zipf_indices(cfg.num_tables, cfg.batch_size, cfg.indices_per_lookup, cfg.rows_per_table,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from bench_core.errors import ConfigError
 from bench_core.workload import transformer_shape as shape
-from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor
+from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor, seeded_generator
 
 FRAMES_PER_S = 100     # WhisperFeatureExtractor: 16 kHz audio, a frame every 160 samples
 TRANSCRIPT_TOKENS = 128  # default seq_len and new_tokens: 30 s of speech is about 75 words, about 100 tokens
@@ -151,7 +151,7 @@ class SpeechTask(Task):
 
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         model: SpeechModel = spec.builder
         features = random_tensor((cfg.batch_size, model.mel_bins, cfg.audio_frames), device, dtype, generator)
         if cfg.mode == "generate":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench_core.errors import ConfigError
 from bench_core.workload import transformer_shape as shape
-from bench_core.workload.family import ModelSpec, Task, Workload
+from bench_core.workload.family import ModelSpec, Task, Workload, seeded_generator
 from bench_core.workload.vision import closest
 
 # Generation's defaults (the common small point of optimum-benchmark and the HF LLM-Perf board).
@@ -146,7 +146,7 @@ class TextTask(Task):
     # -- the batch ------------------------------------------------------------------------
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         vocab = _vocab_size(spec)
         if cfg.mode == "generate":
             from bench_core.workload.generation import Generation

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bench_core.errors import ConfigError
-from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor
+from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor, seeded_generator
 
 NUM_CLASSES = 1000
 
@@ -48,7 +48,7 @@ class ImageTask(Task):
 
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         x = random_tensor((cfg.batch_size, 3, cfg.height, cfg.width), device, dtype, generator,
                           torch.channels_last if cfg.channels_last else None)
         return Workload(x, self.target(x, generator), lambda m: m(x), lambda m: m(x))

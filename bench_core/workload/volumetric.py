@@ -6,7 +6,7 @@ torch is imported where a batch or a model is made (see family.py).
 from __future__ import annotations
 
 from bench_core.errors import ConfigError
-from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor
+from bench_core.workload.family import ModelSpec, Task, Workload, random_tensor, seeded_generator
 from bench_core.workload.vision import check_sides
 
 
@@ -41,7 +41,7 @@ class VolumeTask(Task):
     def make_workload(self, spec: ModelSpec, cfg, device, dtype, rank: int = 0) -> Workload:
         import torch
         import torch.nn.functional as F
-        generator = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+        generator = seeded_generator(device, cfg.seed + rank)
         shape = (cfg.batch_size, 1, cfg.depth, cfg.height, cfg.width)
         x = random_tensor(shape, device, dtype, generator)
         target = torch.rand(shape, device=device, generator=generator)
