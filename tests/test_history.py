@@ -4,7 +4,7 @@ night and passes on a steady month; a single slow run is no step; a disturbed ru
 thread count change is named; the kept H200 runs are per machine, and a step there is found and named.
 
 What is real and what is shifted: every run here is a real `bench run` of this checkout on this machine (the
-example model at 32 px, 3 repeats), recorded once for the module. A month of nights cannot be produced in a
+example model at 32 px, 2 repeats), recorded once for the module. A month of nights cannot be produced in a
 test, so each night is a copy of one real run with its date set (its time of day kept) and its own run id; the
 project's commit of the later nights is set on the copies (one process cannot import two versions of
 bench_core). As tests/test_diff.py's `quiet` does, the copies carry no noise flags, so that this machine's
@@ -35,9 +35,9 @@ from conftest import bench_here
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny_segnet.py"
 KEPT = ROOT / "gpu" / "runs"
-FLAGS = ["--width", "32", "--height", "32", "--batch-size", "2", "--steps", "3", "--warmup-steps", "1",
-         "--repeats", "3", "--min-seconds", "0", "--device", "cpu", "-q"]
-SLOWER = ("channels: int = 16, depth: int = 2", "channels: int = 64, depth: int = 8")  # the edit: a wider, deeper net
+FLAGS = ["--width", "32", "--height", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1",
+         "--repeats", "2", "--min-seconds", "0", "--device", "cpu", "-q"]
+SLOWER = ("channels: int = 16, depth: int = 2", "channels: int = 64, depth: int = 4")  # the edit: a wider, deeper net
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +231,28 @@ def test_a_steady_history_rarely_shows_a_step_and_a_real_one_is_found():
     longer = simulate(150, 30, 0.05, 0.02, 3, step=0.15, seed=7)
     assert steady["false_alarm_rate"] <= 0.10 and longer["false_alarm_rate"] <= 0.05
     assert longer["detection_rate"] >= 0.90
+
+
+class Recording(dict):
+    """A row that remembers which fields were read."""
+    read: set = set()
+
+    def get(self, key, default=None):
+        Recording.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        Recording.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_a_history_reads_every_field_the_machine_label_reads():
+    """history/read.py reads only MACHINE_FIELDS for keys.machine_label (not results.csv's 282 columns): a field
+    machine_label comes to read must be added there, or two machines would be one line."""
+    from bench_core.history.read import MACHINE_FIELDS
+    from bench_core.results.keys import machine_label
+    kept = json.loads(next((KEPT / "h200-2026-11-27-b").glob("runs/*/rows.json")).read_text())[0]
+    Recording.read = set()
+    for row in (kept, {**kept, "gpu_uuid": None, "device_name": None}, {k: None for k in kept}):
+        machine_label(Recording(row))
+    assert Recording.read <= set(MACHINE_FIELDS), Recording.read - set(MACHINE_FIELDS)
