@@ -220,8 +220,9 @@ def test_every_command_of_the_walk_parses():
 def test_a_steady_history_rarely_shows_a_step_and_a_real_one_is_found():
     """The decision rule's false-alarm rate, in seeded histories (benchmarks/history_false_alarms.py measures it
     at every length and on real runs): runs that shift by a standard deviation of 5 % (TorchBench's single models
-    move 5-9 % between runs of one build), 3 repeats of 2 % each; measured 5.9 % of steady histories of 12 runs
-    and 1.6 % of 30 with a step anywhere, and a 15 % slowdown found where it was made in 97 % of 30."""
+    move 5-9 % between runs of one build), 3 repeats of 2 % each; measured in 2,000 histories each: 4.8 % of
+    steady histories of 12 runs and 1.1 % of 30 with a step anywhere, a 15 % slowdown found where it was made in
+    97 % of 30 (docs/history.md)."""
     path = ROOT / "benchmarks" / "history_false_alarms.py"
     spec = importlib.util.spec_from_file_location("history_false_alarms", path)
     trial = importlib.util.module_from_spec(spec)
