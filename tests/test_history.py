@@ -37,7 +37,9 @@ EXAMPLE = ROOT / "examples" / "tiny_segnet.py"
 KEPT = ROOT / "gpu" / "runs"
 FLAGS = ["--width", "32", "--height", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1",
          "--repeats", "2", "--min-seconds", "0", "--device", "cpu", "-q"]
-SLOWER = ("channels: int = 16, depth: int = 2", "channels: int = 64, depth: int = 4")  # the edit: a wider, deeper net
+# The edit: a net 8x as wide and 4x as deep, far slower than this shared machine's run-to-run noise (its runs here
+# have spread by 30-40 % under the other engineers' tests), so that four nights can show the step.
+SLOWER = ("channels: int = 16, depth: int = 2", "channels: int = 128, depth: int = 8")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def test_four_nights_one_slower_model_file_the_step_found_and_named(recorded, tm
     (finding,) = analysis.findings
     (step,) = finding.steps
     assert finding.date == "2026-11-03" and step.comparison.verdict == "slower"
-    assert step.comparison.high < 1 and step.comparison.ratio < 0.8  # a wider, deeper net
+    assert step.comparison.high < 1 and step.comparison.ratio < 0.5  # a far wider, deeper net
     changed = {name: (old, new) for name, old, new in finding.changes}
     assert changed["model_code_sha256"] == (sha(r["v1a"])[:8], sha(r["v2a"])[:8])
     assert changed["git_commit"][1] == "2222222" and "threads" not in changed
