@@ -157,8 +157,13 @@ REPORT_MODULES = ", ".join(f"bench_core.summary.{p.stem}" for p in sorted((PACKA
                            if p.stem != "__init__")
 
 
+# The History section is drawn in the same kernel (notebooks/summary.ipynb) from bench_core.history.
+HISTORY_MODULES = ", ".join(f"bench_core.history.{p.stem}" for p in sorted((PACKAGE / "history").glob("*.py"))
+                            if p.stem != "__init__")
+
+
 @pytest.mark.parametrize("modules", ["bench_core", "bench_core.results, bench_core.config",
-                                     "bench_core.summary", REPORT_MODULES])
+                                     "bench_core.summary", REPORT_MODULES, HISTORY_MODULES])
 def test_plain_data_modules_import_no_torch(modules):
     code = f"import sys, {modules}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -32,8 +32,8 @@ from bench_core.workload.precision import resolve_precision
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "<script>alert(1)</script>"
 TINY = dict(model="resnet18", width=32, height=32, steps=2, warmup_steps=1, repeats=2, min_seconds=0, device="cpu")
-SECTIONS = ["Overview", "Headline results", "Machines side by side", "This or that", "Throughput", "AMP speed-up",
-            "Compile and channels_last", "Batch size", "Memory", "Step times", "Scaling", "Efficiency",
+SECTIONS = ["Overview", "Headline results", "History", "Machines side by side", "This or that", "Throughput",
+            "AMP speed-up", "Compile and channels_last", "Batch size", "Memory", "Step times", "Scaling", "Efficiency",
             "Cost frontier", "Serving", "Published figures", "Failures", "Environment", "Method"]
 
 

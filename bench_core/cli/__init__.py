@@ -42,6 +42,9 @@ COMMANDS = {
     "find-batch": ("bench_core.cli.find_batch", "find the largest per-device batch size that fits"),
     "compare": ("bench_core.cli.compare", "run two variants interleaved (A B A B) and give a verdict"),
     "diff": ("bench_core.cli.diff", "compare two result directories configuration by configuration; exit 1 on a regression"),
+    "history": ("bench_core.cli.history", "result folders of many dates as one trend per configuration: its steps and "
+                                          "what changed there; --new: a run against the last stable stretch, exit 1 "
+                                          "on a drop"),
     "selftest": ("bench_core.cli.selftest", "check this machine's GPU (or CPU) paths with tiny runs: a pass/fail checklist"),
     "acceptance": ("bench_core.cli.acceptance", "run every GPU (or CPU) path in a few minutes: sysinfo, a sweep of "
                                                 "every family, selftest, report, and a table of checks"),

@@ -18,6 +18,7 @@ from pathlib import Path
 from bench_core.results.disturbed import disturbed_rows
 from bench_core.results.keys import WORKLOAD, load_text, machine_label
 from bench_core.results.rows import environment_columns, schema
+from bench_core.workload.user_code import model_identity
 
 SUMMARY_FILE, MACHINES_FILE = "summary.csv", "machines.csv"
 DIGITS = 6  # significant digits of a number in summary.csv
@@ -80,7 +81,8 @@ def summary_texts(rows: list[dict]) -> dict[str, str]:
 
 def configuration_key(row: dict) -> tuple:
     """The machine and the workload (rows.WORKLOAD): rows with the same key are repeats of one configuration."""
-    return (machine_label(row), *(_text(row.get(name)) for name in WORKLOAD))
+    return (machine_label(row), *(_text(model_identity(row.get(name)) if name == "model" else row.get(name))
+                                  for name in WORKLOAD))
 
 
 def summary_lines(rows: list[dict]) -> list[dict]:
@@ -107,6 +109,7 @@ def _summary_line(group: list[dict]) -> dict:
         (ok if row.get("status") == "ok" and _measured(row) else failed).append(row)
     load = load_text(first)
     line = {"machine": machine_label(first), **{name: first.get(name) for name in WORKLOAD}, "load": load or None,
+            "model": model_identity(first.get("model")),  # one model across edits of its file (user_code)
             "precision_support": _joined(group, "precision_support"), "threads": _joined(ok or group, "threads"),
             "status": "ok" if not failed else ("partial" if ok else _failure_status(failed[-1])),
             "repeats_ok": len(ok), "repeats_total": len(group), "runs": len({row.get("run_id") for row in group}),

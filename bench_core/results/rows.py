@@ -41,7 +41,9 @@ from bench_core.results.serving_columns import SERVING_COLUMNS
 #    reference_ops_per_step and precision_note (float8: its amp-bf16 twin's ops a step; why an eager fp8 row is
 #    slow); compile records the mode that ran (fp8 precisions compile by default)
 #    phase_times_s (where a configuration's time went outside its timed windows: a sweep's timing.json)
-SCHEMA_VERSION = 9
+# 10: a model from your code is named without its file's hash (code:<file>:<function>; model_code_sha256 holds
+#    the hash): one model across edits. Older rows' code:<file>:<function>@<hash> is read as the same model
+SCHEMA_VERSION = 10
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -71,9 +73,10 @@ _MEASURED = [
     ("data", "always 'synthetic': random tensors made once on the device"),
     ("task", "what the model is run for: classification, segmentation, detection, instance-segmentation, "
              "volumetric, masked-lm, causal-lm, seq2seq-lm, recommendation, diffusion, speech-to-text, custom "
-             "(a model from your code: model is then code:<file>:<function>@<first 8 of its sha256>)"),
+             "(a model from your code: model is then code:<file>:<function>, the same across edits of the file)"),
     ("model_code_path", "a model from your code (code:...): the file it was read from"),
-    ("model_code_sha256", "a model from your code: the sha256 of that file's content (model carries its first 8)"),
+    ("model_code_sha256", "a model from your code: the sha256 of that file's content (the model keeps its name "
+                          "across edits: this says which version ran)"),
     ("model_code_commit", "a model from your code: the git commit holding the file ('-dirty': the file differs)"),
     ("input_shape", "one sample: 3x224x224 (an image), 1x64x64x64 (a volume), '128 tokens' (a sequence), "
                     "'prompt 256 + 64 new tokens' (a generation), '4x64x64 latent (512 px)' (a diffusion "

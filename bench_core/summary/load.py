@@ -23,6 +23,7 @@ from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label
 )
 from bench_core.results.rows import error_message
 from bench_core.summary.text import int_text, is_present, short_list
+from bench_core.workload.user_code import model_identity
 
 PRECISION_ORDER = ["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
 EMULATED = "emulated"  # capability.EMULATED, spelled here so the summary never imports torch
@@ -240,6 +241,9 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     rows["channels_last"] = rows["channels_last"].astype(str).str.lower().isin(["true", "1"])
     for name in ("model", "mode", "precision", "input_shape", "message", "host", "device_name"):
         rows[name] = rows[name].astype(object).where(rows[name].notna(), None)
+    # One model across edits of its file: an older row's code:net.py:build@3f2a1c9d is code:net.py:build.
+    rows["model"] = rows["model"].map({m: model_identity(m) for m in rows["model"].dropna().unique()}).where(
+        rows["model"].notna(), None)
     # An emulated precision is its own label in every table and chart: it can't pass for native.
     emulated = rows["precision_support"].astype(str).str.strip().str.lower() == EMULATED
     rows["precision"] = rows["precision"].where(~emulated | rows["precision"].isna(),

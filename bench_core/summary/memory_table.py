@@ -37,6 +37,8 @@ def estimate_again(row) -> tuple[float, str] | None:
     was made before the step was traced (it left out activations). None where it cannot be made."""
     # torch (2 s of a report's CPU): imported only for a report with such rows
     from bench_core.run.memory_estimate import estimate
+    if str(row.get("model") or "").startswith("code:"):
+        return None  # a report never imports your code: a model of your own is named as code:<file>:<function>
     try:
         cfg = config_of_row(row)
         spec = resolve_model(cfg.model)

@@ -14,8 +14,8 @@ shape field of the configuration (width, height, depth, seq_len, ...), whose def
 
 Trust: the user's code is imported only where a configuration names it (the command line, a sweep file,
 a notebook). Rows record where it came from (model_code_path, model_code_sha256, model_code_commit) and
-name the model with its content hash (code:net.py:build@3f2a1c9d), so two versions of the code are never
-one configuration; results, reports and `bench diff` read those rows and never import the code.
+name the model by its file and function (code:net.py:build), one model across edits: the file's hash is a
+change of its environment (user_code.py); results, reports and `bench diff` read rows and never import the code.
 
 Plain data at import: torch is imported where the user's function is called.
 """

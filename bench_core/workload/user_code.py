@@ -2,6 +2,10 @@
 imported and fingerprinted (the file's sha256, the git commit holding it). The model itself, its checks
 and the Task interface are custom.py's.
 
+A model keeps one name across edits of its file (`code:net.py:build`): the file's hash is a column of the
+row (model_code_sha256), beside the versions and the commit, a change a history can name. Rows written
+before carry it in the name (`code:net.py:build@3f2a1c9d`); model_identity reads them as the same model.
+
 An edited file is read again (a module of its own per content); a module found on the import path (or
 under the current folder) is put on PYTHONPATH, so the sweep's kernels and torchrun's workers find it too.
 """
@@ -12,6 +16,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +28,8 @@ from bench_core.errors import ConfigError, error_message, from_outside
 PREFIX = "code"
 SYNTAX = "code:<file.py>:<function> or code:<module>:<function>"
 _loaded: dict[str, str] = {}  # module -> the sha256 of its file when it was imported
+# The content hash that rows written before schema 10 appended to a code: model's name.
+_OLD_HASH_SUFFIX = re.compile(rf"^({PREFIX}:.+:[A-Za-z_][A-Za-z0-9_]*)@[0-9a-f]{{8}}$")
 
 
 @dataclass(frozen=True)
@@ -36,10 +43,20 @@ class CodeRef:
 
     @property
     def shown(self) -> str:
-        """How rows name the model: the file (or module) and function, and the content hash."""
+        """How rows name the model: the file (or module) and function. The same across edits of the file:
+        its content hash is the row's model_code_sha256, not part of the name."""
         place = self.name.removeprefix(f"{PREFIX}:").rsplit(":", 1)[0]
         place = Path(place).name if place.endswith(".py") else place
-        return f"{PREFIX}:{place}:{self.function}@{self.sha256[:8]}"
+        return f"{PREFIX}:{place}:{self.function}"
+
+
+def model_identity(name):
+    """A row's model as one model across edits of its file: `code:net.py:build@3f2a1c9d` (a row written
+    before the hash left the name) is `code:net.py:build`; every other value is returned as it is."""
+    if isinstance(name, str) and "@" in name:
+        found = _OLD_HASH_SUFFIX.match(name)
+        return found.group(1) if found else name
+    return name
 
 
 def locate(inner: str) -> tuple[str, str, Path | None]:
