@@ -189,6 +189,28 @@ def test_the_terminal_table_of_a_serving_point_shows_serving_figures(session, ca
         assert absent not in done.stdout
 
 
+def test_serve_configurations_of_one_server_in_a_sweep_measure_on_it_once_opened_and_say_where_time_went(
+        session, folder, tmp_path, monkeypatch):
+    """Issue 67: a sweep's two serving loads each started their own `transformers serve` (a process, torch, the
+    model, its warm-up), and their timed points counted as overhead in the sweep's account (their rows had no
+    phases). The loads of one server now share it, as bench ladder's points do; each row says its phases."""
+    from bench_core.launch.dispatch import run_benchmark
+    from bench_core.launch.servers import Servers
+    from bench_core.run.timing import parse_phases
+    monkeypatch.setenv("BENCH_SERVING_DIR", str(tmp_path))
+    one, two = (serve_config(folder, server_url=session.server.url, served_model=session.model, concurrency=n)
+                for n in (1, 2))
+    with Servers() as servers:
+        first = run_benchmark(one, servers=servers)
+        (opened,) = servers.open.values()
+        second = run_benchmark(two, servers=servers)
+        assert list(servers.open.values()) == [opened]  # the same session: nothing opened again
+    assert not servers.open and all(r["status"] == "ok" for r in first + second)
+    phases = [parse_phases(rows[0]["phase_times_s"]) for rows in (first, second)]
+    assert all(p["windows"] > 0 and "warmup" in p for p in phases)
+    assert "server_start" in phases[0] and "server_start" not in phases[1]  # said once, by the first
+
+
 def test_a_url_that_does_not_answer_is_bad_input(capsys, tmp_path, folder):
     url = f"http://127.0.0.1:{free_port()}"
     done = bench_here(capsys, "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir", str(folder),

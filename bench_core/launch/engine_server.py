@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import time
 from pathlib import Path
 from typing import Callable
 
 from bench_core.config.schema import BenchConfig
 from bench_core.errors import ConfigError
+from bench_core.launch.servers import Servers
 from bench_core.launch.supervisor import Child
 from bench_core.serving.engines import Engine
 from bench_core.serving.ready import Readiness, wait_ready
@@ -66,6 +68,7 @@ def not_ready(server: Server, ready: Readiness, limit_s: float) -> ConfigError:
 
 def open_server(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -> ServingSession:
     """The session of a serve configuration: its server started (or attached) and ready."""
+    started = time.perf_counter()
     engine, folder, dummy = prepare(cfg)
     if cfg.server_url:
         server = attach(cfg.server_url, engine)
@@ -76,13 +79,30 @@ def open_server(cfg: BenchConfig, progress: Callable[[str], None] | None = None)
         server = start_server(engine, str(folder), extra_args=tuple(shlex.split(cfg.server_args or "")),
                               dummy=dummy, limit_s=cfg.server_timeout_s, log_path=log)
     try:
-        return ServingSession(cfg, server, folder, progress)
+        session = ServingSession(cfg, server, folder, progress)
     except BaseException:
         server.stop()
         raise
+    session.start_s = time.perf_counter() - started
+    return session
 
 
-def run_serving(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -> list[dict]:
-    """One serve configuration: start (or attach to) the server, measure its repeats, stop it."""
-    with open_server(cfg, progress) as session:
-        return session.measure(cfg)
+# What makes two serve configurations one server: the engine and what it is started with; the rest (the load,
+# the request shape, the SLO) is each configuration's own.
+SERVER_FIELDS = ("engine", "server_url", "served_model", "model_dir", "server_args", "server_timeout_s", "model",
+                 "precision", "device", "seed")
+
+
+def run_serving(cfg: BenchConfig, progress: Callable[[str], None] | None = None,
+                servers: Servers | None = None) -> list[dict]:
+    """One serve configuration: start (or attach to) the server, measure its repeats, stop it. Given `servers`
+    (a sweep's execution), a server stays open for the next configuration of the same server, as bench ladder's
+    points share one: a start of `transformers serve` is a process, torch, the model and its warm-up, each time."""
+    if servers is None:
+        with open_server(cfg, progress) as session:
+            return session.measure(cfg)
+    key = tuple(getattr(cfg, name) for name in SERVER_FIELDS)
+    if key not in servers.open:
+        servers.close()  # one server at a time: its memory and cores are the next one's
+        servers.open[key] = open_server(cfg, progress)
+    return servers.open[key].measure(cfg)

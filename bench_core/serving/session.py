@@ -22,6 +22,7 @@ from bench_core.errors import ConfigError, interrupted_by
 from bench_core.measure import environment
 from bench_core.measure.noise import flag_unstable_repeats
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
+from bench_core.run.timing import Phases
 from bench_core.serving import metrics
 from bench_core.serving.client import ENDPOINTS
 from bench_core.serving.energy import PointEnergy
@@ -78,6 +79,8 @@ class ServingSession:
         self.context = context_of(folder)
         self.next_index = 0  # every request of the session gets a new number: no prompt repeats
         self.model = check_served(server, cfg.served_model or str(folder))
+        self.start_s = 0.0  # the server's start and this session's setup (open_server sets it): said once, by the
+        #                     first configuration measured on it (a row's phase_times_s)
 
     def close(self) -> None:
         self.server.stop()
@@ -121,27 +124,33 @@ class ServingSession:
 
     def measure(self, cfg: BenchConfig) -> list[dict]:
         """`cfg.repeats` timed points of cfg's load on this server: one row each."""
+        phases = Phases()  # where the configuration's time went: its rows' phase_times_s (a sweep's account)
+        if self.start_s:
+            phases.add("server_start", self.start_s)
+            self.start_s = 0.0
         base = {**run_fields(cfg), **self.device_columns(cfg), **self.identity(cfg)}
         try:
-            self.warm_up(cfg)
+            with phases("warmup"):
+                self.warm_up(cfg)
         except ServingFailed as exc:
-            return [failure_row(base, "error", str(exc))]
+            return stamped([failure_row(base, "error", str(exc))], phases)
         rows: list[dict] = []
         try:
             for repeat in range(cfg.repeats):
                 self.say(f"serve: {describe_load(cfg)}: repeat {repeat + 1}/{cfg.repeats}")
-                with PointEnergy(cfg.device, self.server) as energy:
+                with PointEnergy(cfg.device, self.server) as energy, phases("windows"):
                     result = self._point(cfg, cfg.steps, cfg.concurrency, cfg.request_rate)
-                rows.append(self.row(cfg, base, repeat, result, energy))
+                with phases("window_edges"):
+                    rows.append(self.row(cfg, base, repeat, result, energy))
                 if result.stopped:
                     break
         except KeyboardInterrupt as exc:
             flag_unstable_repeats(rows)
-            exc.rows = rows + [failure_row({**base, "repeat": len(rows)}, "interrupted",
-                                           f"stopped by {interrupted_by(exc)} during repeat {len(rows)}")]
+            exc.rows = stamped(rows + [failure_row({**base, "repeat": len(rows)}, "interrupted",
+                                                   f"stopped by {interrupted_by(exc)} during repeat {len(rows)}")], phases)
             raise
         flag_unstable_repeats(rows)
-        return rows
+        return stamped(rows, phases)
 
     def device_columns(self, cfg: BenchConfig) -> dict:
         """The environment and the device the server runs on: the configuration's, for a server this
@@ -196,6 +205,13 @@ class ServingSession:
             "batch_size_actual": cfg.concurrency, "noise_flags": ";".join(flags) or None,
             "cost_per_million": price / (rate * 3600) * 1e6 if price and rate else None,
         })
+
+
+def stamped(rows: list[dict], phases: Phases) -> list[dict]:
+    """Every row of a configuration says where its time went (as the runner's rows do)."""
+    for row in rows:
+        row["phase_times_s"] = phases.text()
+    return rows
 
 
 class ServingFailed(Exception):

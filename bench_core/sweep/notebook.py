@@ -20,6 +20,7 @@ from bench_core import results
 from bench_core.config.schema import BenchConfig, check_known_keys
 from bench_core.errors import ConfigError
 from bench_core.launch.dispatch import run_benchmark
+from bench_core.launch.servers import Servers
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, new_run_id, run_fields
 from bench_core.run.runner import old_objects_frozen
@@ -194,11 +195,13 @@ def run(plan: NotebookRun, progress: Callable[[str], None] | None = print) -> li
     say = progress or (lambda msg: None)
     if kept:
         say(f"{len(kept)} configuration(s) already complete in {plan.run_dir}: kept, not re-run")
-    with old_objects_frozen():  # one full collection for the execution, not one per configuration
+    # one full collection for the execution, not one per configuration; a serving engine started once for the
+    # serve configurations of one server (the loads of a ladder), stopped at the end
+    with old_objects_frozen(), Servers() as servers:
         for cfg in pending:
             with warnings.catch_warnings(record=True) as caught, profiles_under(plan.out_dir):
                 warnings.simplefilter("always")
-                new_rows = run_benchmark(cfg, progress=say)
+                new_rows = run_benchmark(cfg, progress=say, servers=servers)
             # Warnings would print to stderr (a red box in the HTML); show them once, as text.
             for message in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
                 say(f"warning: {message}")

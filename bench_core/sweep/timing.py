@@ -36,6 +36,7 @@ CAUSES = {
     "memory_estimate": "memory estimate",
     "output_check": "output check",
     "build": "model build",
+    "server_start": "serving engine start (process, model, tokenizer)",
     "peak": "peak FLOP/s",
     "first_step": "first steps (compile, autotune)",
     "flop_count": "FLOP count",
