@@ -30,11 +30,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from bench_core.predict.ceilings import Ceilings
 from bench_core.predict.groups import SMALL_STEP_FLOOR_SHARE
 from bench_core.predict.specs import Spec
 
 # The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
-TERMS = ("software-default", "split", "batch", "interconnect", "host-bound")
+TERMS = ("software-default", "split", "batch", "interconnect", "host-bound", "achieved", "residual")
 
 # The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
 # (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
@@ -97,12 +98,12 @@ def _per_sample(step_bytes: float, batch: float | None, use_batch: bool) -> floa
 
 
 def times(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> Times:
-    peak, _ = setup.gpu.peak(setup.math)
-    bandwidth = setup.gpu.number("memory_gbps") * 1e9
+    ceilings = Ceilings(setup.gpu, achieved="achieved" in terms)
+    peak, bandwidth = ceilings.peak(setup.math), ceilings.bandwidth()
     use_batch = "batch" in terms
     flop_bytes = profile.flop_op_bytes + _per_sample(profile.flop_op_step_bytes, setup.batch, use_batch)
     other_bytes = profile.other_bytes + _per_sample(profile.other_step_bytes, setup.batch, use_batch)
-    compute = profile.flops / (peak * 1e12)
+    compute = profile.flops / peak
     flop_mem, other_mem = flop_bytes / bandwidth, other_bytes / bandwidth
     if "split" in terms:
         sample = max(compute, flop_mem) + other_mem
@@ -151,7 +152,13 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     value = target.gpus * b_dst / _step_s(dst, b_dst, efficiency)
     note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
             f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
-    share = floor_share(profile, src, b_src)
+    rest = residual_step_s(budget, b_src, src, source, target, b_dst) if "residual" in terms else None
+    if rest is not None:
+        value = target.gpus * b_dst / (b_dst * dst.sample_s + dst.comm_s + rest)
+        note = (f"the rooflines explain {efficiency:.0%} of the step on {source.gpu.gpu} ({source.math}); the rest "
+                f"({1 - efficiency:.0%}) carried to {target.gpu.gpu} ({target.math}) at the ratio of the GPUs' SM issue "
+                f"rates; terms: {', '.join(terms)}")
+    share = floor_share(profile, source, terms)
     small = share is not None and share >= SMALL_STEP_FLOOR_SHARE and not gpu_bound
     if "host-bound" in terms and (host_bound or small):
         # a small step: the measured time is the host's, the same on the target unless its roofline is slower
@@ -170,11 +177,27 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     return Prediction(value, efficiency, src, dst, note)
 
 
-def floor_share(profile: Profile, t: Times, batch: float | None) -> float | None:
-    """The step's launch floor over its ideal time on the device of `t` (None: the ops were not counted)."""
+def residual_step_s(budget: float, b_src: float, src: Times, source: Setup, target: Setup, b_dst: float) -> float | None:
+    """The part of the measured step (`budget`: its time less the all-reduce) that the source's rooflines do not
+    explain, per step at the target's batch, scaled to the target by the ratio of the GPUs' SM issue rates (SMs x
+    clock): the time kernels spend below both ceilings (waves, tails, latency, small kernels) runs on the SMs,
+    whatever the DRAM or the tensor cores could do. None where it cannot apply: the rooflines explain the whole
+    step (efficiency of 100 % or more) or a GPU's issue rate is not known."""
+    issue_src = Ceilings(source.gpu).issue_rate()
+    issue_dst = Ceilings(target.gpu).issue_rate()
+    rest = budget - b_src * src.sample_s
+    if rest <= 0 or not issue_src or not issue_dst:
+        return None
+    return rest * (b_dst / b_src) * issue_src / issue_dst
+
+
+def floor_share(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> float | None:
+    """The step's launch floor over its ideal time on `setup`'s GPU (None: the ops were not counted). The ideal is
+    the roofline at the datasheet's ceilings, as the small-step rule was set (groups.SMALL_STEP_FLOOR_SHARE)."""
     if not profile.ops_per_step:
         return None
-    return profile.ops_per_step * HOST_S_PER_OP / ((batch or 1.0) * t.sample_s + t.comm_s)
+    t = times(profile, setup, without("achieved", terms))
+    return profile.ops_per_step * HOST_S_PER_OP / ((setup.batch or 1.0) * t.sample_s + t.comm_s)
 
 
 def launch_floor(gpus: int, batch: float, ops: float | None) -> tuple[float, str] | None:

@@ -119,7 +119,7 @@ def predictions(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
         p = predict(a["value"], src, dst, profile, terms)
         kind = pair_kind(a, b)
         group = kind if kind != GPU_TO_GPU else group_of("cuda", a["mode"], tasks().get(a["model"]), src.batch,
-                                                         floor_share(profile, p.source, src.batch))
+                                                         floor_share(profile, src, terms))
         out.append({"workload": f"{a['model']} {a['mode']} {a['input_shape']}", "model": a["model"],
                     "precision": a["precision"], "run_group": a["run_group"], "kind": kind, "group": group,
                     "batch": src.batch,
