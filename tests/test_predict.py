@@ -222,8 +222,13 @@ def test_a_band_only_where_pairs_of_the_group_were_measured(cpu_run, tmp_path, c
     assert row["coverage"] == 0.8 and row["low"] < row["predicted"] < row["high"]
     assert row["low"] == pytest.approx(row["predicted"] * pairs["interval_low"])
     assert row["high"] == pytest.approx(row["predicted"] * pairs["interval_high"])
-    assert row["band_text"].startswith(f"{pairs['interval_low']:.2f}x-{pairs['interval_high']:.2f}x the prediction "
-                                       f"({group}: 80 % of its {pairs['pairs']} published pairs measured within it")
+    # said first in the words a person decides with: what the target measures against the GPU the row ran on
+    ratio = row["predicted"] / row["measured"]
+    assert row["band_text"].startswith(f"the 1x H100-SXM5-80GB measures {ratio * pairs['interval_low']:.2f}-"
+                                       f"{ratio * pairs['interval_high']:.2f}x the 1x A100-SXM4-80GB on 80 % of "
+                                       "comparable published pairs; ")
+    assert (f"{pairs['interval_low']:.2f}x-{pairs['interval_high']:.2f}x the prediction ({group}: 80 % of its "
+            f"{pairs['pairs']} published pairs measured within it") in row["band_text"]
 
 
 def test_a_group_with_no_measured_pair_is_unvalidated(monkeypatch, cpu_run, tmp_path):

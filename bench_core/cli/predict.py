@@ -13,7 +13,8 @@ from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
 from bench_core.predict.prices import parse_prices, prices_with
 from bench_core.predict.own import machines, scored
-from bench_core.predict.published import COVERAGE, QUANTILES, ablations, predictions
+from bench_core.predict.published import (ABLATION_GROUPS, COVERAGE, QUANTILES, ablations, held_out_by_gpu,
+                                          predictions)
 from bench_core.predict.specs import predictable_names, spec
 from bench_core.predict.tables import all_errors, fmt_pct, groups_help, interval_of
 
@@ -91,8 +92,14 @@ def main(args: argparse.Namespace) -> int:
                          prose=("interval",)))
         print(f"\nWhat each term is worth (terms: {', '.join(TERMS)}):")
         print(text_table([{"model": r["model"], "median |error|": fmt_pct(r["median_abs_error"]),
-                           "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"])}
+                           "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"]),
+                           **{f"median, {g}": fmt_pct(r[f"median_{g}"]) for g in ABLATION_GROUPS}}
                           for r in ablations()]))
+        print("\nEach GPU's own microbenchmark figures held out (it takes the median fraction of the others', as a GPU "
+              "never measured does), on its GPU-to-GPU pairs:")
+        print(text_table([{"GPU": r["gpu"], "pairs": r["pairs"], "median |error|": fmt_pct(r["median_abs_error"]),
+                           "held out": fmt_pct(r["held_out_median_abs_error"]),
+                           "within 15%, held out": fmt_pct(r["held_out_within_15pct"])} for r in held_out_by_gpu()]))
         return EXIT_OK
     if not args.from_dir:
         raise ConfigError("from", "give a result directory (--from DIR) and --gpu NAME, or --error-table")
@@ -125,8 +132,10 @@ def main(args: argparse.Namespace) -> int:
                        "cost per million": cost_text(r), "path": r["path"],
                        "binds": "; ".join(t for t in (r["binds"], r["above_roofline"], r["disturbed"]) if t)}
                       for r in rows], prose=("binds",)))
-    print(f"\n{COVERAGE * 100:.0f} % interval, per group of predictions (bench predict --error-table):")
-    for text in dict.fromkeys(r["band_text"] for r in rows):
+    print(f"\n{COVERAGE * 100:.0f} % interval, per prediction (its group's published pairs: bench predict --error-table):")
+    for text in dict.fromkeys(f"{r['model']} {r['mode']} {r['precision']} bs {r['batch_size']}"
+                              f"{' (' + r['settings'] + ')' if r['settings'] else ''} on {r['gpu']}: {r['band_text']}"
+                              for r in rows):
         print(f"  {text}")
     priced = dict.fromkeys(f"{r['gpu'].split('x ', 1)[-1]}: {r['price_from']}" for r in rows if r["price_from"])
     unpriced = dict.fromkeys(r["gpu"].split("x ", 1)[-1] for r in rows if not r["price_from"])

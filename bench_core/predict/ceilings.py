@@ -6,6 +6,7 @@ datasheet figure that the measured GPUs reach, and says so (the fraction of the 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 from dataclasses import dataclass
@@ -15,13 +16,39 @@ from bench_core.predict.specs import Spec, data_rows, specs
 TENSOR = ("tf32", "fp16", "bf16", "fp8")   # the classes tensor cores run: one measured fraction serves them all
 
 
+MICROBENCHMARKS = ("matmul_bf16", "matmul_fp16", "copy_gbps")  # what a GPU's measured fractions come from
+_LEFT_OUT: list[str] = []   # GPUs whose microbenchmark figures are held out (left_out())
+
+
 @functools.cache
-def measured() -> dict[str, dict[str, tuple[float, str]]]:
-    """GPU -> quantity -> (value, source), from gpu_achieved.csv."""
+def _table() -> dict[str, dict[str, tuple[float, str]]]:
     out: dict[str, dict] = {}
     for r in data_rows("gpu_achieved.csv"):
         out.setdefault(r["gpu"], {})[r["quantity"]] = (float(r["value"]), r["source"])
     return out
+
+
+def measured() -> dict[str, dict[str, tuple[float, str]]]:
+    """GPU -> quantity -> (value, source), from gpu_achieved.csv, less the figures held out (left_out())."""
+    table = _table()
+    return {g: {q: v for q, v in figures.items() if not (g in _LEFT_OUT and q in MICROBENCHMARKS)}
+            for g, figures in table.items()} if _LEFT_OUT else table
+
+
+@contextlib.contextmanager
+def left_out(gpu: str):
+    """Within: `gpu`'s microbenchmark figures are held out, so it takes the median fraction of the other GPUs, as a
+    GPU that was never measured does (how much the fallback costs, on that GPU's pairs)."""
+    _LEFT_OUT.append(gpu)
+    try:
+        yield
+    finally:
+        _LEFT_OUT.remove(gpu)
+
+
+def measured_gpus() -> list[str]:
+    """The GPUs with a microbenchmark figure of their own."""
+    return [g for g, figures in _table().items() if any(q in figures for q in MICROBENCHMARKS)]
 
 
 def _by_name() -> dict[str, Spec]:
@@ -44,9 +71,13 @@ def _copy_fraction(gpu: str) -> float | None:
     return None
 
 
-@functools.cache
 def median_fractions() -> tuple[float, float]:
-    """(matmul, copy): the median fraction of the datasheet that the measured GPUs reach."""
+    """(matmul, copy): the median fraction of the datasheet that the measured GPUs reach (those held out left out)."""
+    return _median_fractions(tuple(_LEFT_OUT))
+
+
+@functools.cache
+def _median_fractions(left_out_now: tuple[str, ...]) -> tuple[float, float]:
     names = list(measured())
     matmul = [f for f in map(_matmul_fraction, names) if f is not None]
     copy = [f for f in map(_copy_fraction, names) if f is not None]

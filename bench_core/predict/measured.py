@@ -193,6 +193,13 @@ def band_text(group: str, band: Band | None) -> str:
             f"{band.worst_factor:.1f}x)")
 
 
+def in_words(src: Setup, dst: Setup, ratio: float, band: Band) -> str:
+    """'the 1x H100-SXM5-80GB measures 0.85-0.97x the 1x H200-SXM-141GB on 80 % of comparable published pairs':
+    the predicted ratio times the group's interval."""
+    return (f"the {dst.gpus}x {dst.gpu.gpu} measures {ratio * band.low:.2f}-{ratio * band.high:.2f}x the "
+            f"{src.gpus}x {src.gpu.gpu} on {COVERAGE * 100:.0f} % of comparable published pairs")
+
+
 def pair_text(pair: dict | None) -> str | None:
     """A published pair of the same two GPUs, beside a prediction: its ratio, the model's, and its error."""
     if pair is None:
@@ -273,6 +280,8 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
         band = None if uncounted or above or path == "per op" else group_band
         band_said = (UNCOUNTED if uncounted else ABOVE_BAND if above else per_op_band(whole, group, group_band,
                      conf) if path == "per op" else band_text(group, band))
+        if band is not None:  # in the words a person decides with: what the target measures against the source
+            band_said = f"{in_words(src, dst, value / conf['samples_per_s'], band)}; {band_said}"
         pair = None if bound else pair_between(src.gpu.gpu, spec.gpu, (src.gpus, devices), conf["model"],
                                                 conf["mode"], dst.math, conf["batch_size"])
         rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],

@@ -12,7 +12,7 @@ from pathlib import Path
 from bench_core.files import atomic_write_text
 from bench_core.predict.groups import CPU_SOURCE, GROUPS, RULES
 from bench_core.predict.own import RUNS, own_markdown, own_summary
-from bench_core.predict.published import COVERAGE, ablations, error_table, group_sources
+from bench_core.predict.published import ABLATION_GROUPS, COVERAGE, ablations, error_table, group_sources, held_out_by_gpu
 
 
 def fmt_pct(x: float) -> str:
@@ -39,11 +39,17 @@ def markdown(root: Path = RUNS) -> str:
     for r in all_errors(root):
         lines.append(f"| {r['group']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | {interval_of(r)} | "
                      f"{r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} | {r['worst_pair']} |")
-    lines += ["", f"| model | pairs | median abs. error | {COVERAGE * 100:.0f} % interval | worst factor | within 15 % |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", f"| model | pairs | median abs. error | {COVERAGE * 100:.0f} % interval | worst factor | within 15 % | "
+              + " | ".join(f"median, {g}" for g in ABLATION_GROUPS) + " |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in ablations():
         lines.append(f"| {r['model']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | {interval_of(r)} | "
-                     f"{r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} |")
+                     f"{r['worst_factor']:.2f}x | {fmt_pct(r['within_15pct'])} | "
+                     + " | ".join(fmt_pct(r[f"median_{g}"]) for g in ABLATION_GROUPS) + " |")
+    lines += ["", "| GPU held out | its GPU-to-GPU pairs | median abs. error, its own figures | with them held out | "
+              "within 15 %, held out |", "|---|---:|---:|---:|---:|"]
+    for r in held_out_by_gpu():
+        lines.append(f"| {r['gpu']} | {r['pairs']} | {fmt_pct(r['median_abs_error'])} | "
+                     f"{fmt_pct(r['held_out_median_abs_error'])} | {fmt_pct(r['held_out_within_15pct'])} |")
     return "\n".join(lines)
 
 
