@@ -31,6 +31,7 @@ from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
+from bench_core.results.keys import machine_label
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
 
@@ -47,10 +48,12 @@ def ok_rows(result_dir: str | Path) -> list[dict]:
 
 
 def configurations(rows: list[dict]) -> list[dict]:
-    """One entry per workload configuration and device: the median of its repeats."""
+    """One entry per workload configuration and machine (results.keys: WORKLOAD and machine_label), the median of
+    its repeats, from however many result folders hold them (`folders`: their names, where rows carry result_dir).
+    Two machines are never pooled: their rows are not repeats of each other."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(tuple(str(r.get(k)) for k in (*WORKLOAD, "device_name")), []).append(r)
+        groups.setdefault((*(str(r.get(k)) for k in WORKLOAD), machine_label(r)), []).append(r)
     out = []
     for group in groups.values():
         first = group[0]
@@ -58,6 +61,8 @@ def configurations(rows: list[dict]) -> list[dict]:
                                             "params_count", "sample_unit", "task", "precision_support",
                                             "concurrency", "ops_per_step")}
         merged["op_profile"] = next((r["op_profile"] for r in group if r.get("op_profile")), None)
+        merged["machine"] = machine_label(first)
+        merged["folders"] = tuple(dict.fromkeys(str(r["result_dir"]) for r in group if r.get("result_dir")))
         merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(current_flags(r) or "").split(";")
                                                  if f})) or None  # under today's rules (older rows: power cap, host)
         for k in NEEDED:
@@ -226,8 +231,15 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, term
     """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped.
     prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with()); per_op: a GPU row with
     its ops' table is predicted op by op (predict/ops.py), else every row by the whole-step model."""
-    rows, notes, group_bands = [], [], bands()  # (one error table for the folder, not one a configuration)
-    for conf in configurations(ok_rows(result_dir)):
+    return predict_rows(ok_rows(result_dir), gpus, devices, terms, prices, per_op)
+
+
+def predict_rows(measured_rows: list[dict], gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
+                 prices: dict[str, Price] | None = None, per_op: bool = True) -> tuple[list[dict], list[str]]:
+    """predict_dir for ok rows from anywhere (a report's folders together: configurations() pools one configuration
+    of one machine across them, and says which folders it came from)."""
+    rows, notes, group_bands = [], [], bands()  # (one error table for the rows, not one a configuration)
+    for conf in configurations(measured_rows):
         found, note = predict_conf(conf, gpus, devices, terms, prices, group_bands, per_op)
         rows += found
         notes += [note] if note else []
@@ -295,7 +307,8 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
                      "ratio": None if bound else value / conf["samples_per_s"],
                      "published_pair": pair_text(pair), "published_pair_error": pair["error"] if pair else None,
                      "binds": binds, "efficiency": efficiency, "above_roofline": above, "math": dst.math,
-                     "path": path, "whole_step": None if bound else whole,
+                     "path": path, "whole_step": None if bound else whole, "machine": conf["machine"],
+                     "folders": ", ".join(conf["folders"]),
                      "sample_unit": conf.get("sample_unit") or "samples/s",
                      # A bound uses the run's counts, never its timing: a disturbed CPU run bounds a GPU as well.
                      "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
