@@ -5,9 +5,9 @@ flops.formula_fixes: 1 multiply-add = 2 FLOPs), bytes (its tensors' inputs and o
 an embedding lookup reads the rows it names, as flops.py counts it) and, of the bytes it reads, those a
 last-level cache of each size would still hold.
 
-A read hits a cache of S MB where the bytes of distinct tensors touched since the tensor was last touched
-(its LRU stack distance) are at most S: an activation the next op reads back, a weight read again in the
-same step. Writes are counted as going to memory (a write-back cache writes them back when it evicts them).
+A read hits a cache of S MB where the tensor and the distinct tensors touched since it was last touched (its
+LRU stack distance, in bytes) fit in S: an activation the next op reads back, a weight read again in the same
+step, where they are small enough. Writes are counted as going to memory (a write-back cache writes them back when it evicts them).
 
 OpRecorder(annotate=True) wraps each op in a profiler label (LABEL + its index), so that a profile taken over
 the same steps gives each op its measured time (run/busy.py does, on a GPU row).
@@ -94,7 +94,7 @@ class OpRecorder(TorchDispatchMode):
             distance = self._touch(t, size)
             kind.bytes += size
             for i, mb in enumerate(REUSE_MB):
-                if distance is not None and distance <= mb * 1e6:
+                if distance is not None and distance + size <= mb * 1e6:
                     kind.hits[i] += size
         for t in outputs:
             size = _nbytes(t)
