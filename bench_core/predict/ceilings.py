@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from bench_core.predict.specs import Spec, data_rows, specs
 
 TENSOR = ("tf32", "fp16", "bf16", "fp8")   # the classes tensor cores run: one measured fraction serves them all
+CLASSES = ("fp32", *TENSOR)
 
 
 MICROBENCHMARKS = ("matmul_bf16", "matmul_fp16", "copy_gbps")  # what a GPU's measured fractions come from
@@ -131,3 +132,17 @@ class Ceilings:
         bw, bw_how = self.copy_fraction()
         return (f"{self.gpu.gpu}: matmul {mm:.0%} of the datasheet ({mm_how}), copy {bw:.0%} of "
                 f"{self.gpu.number('memory_gbps'):g} GB/s ({bw_how})")
+
+
+def op_math(op_class: str, setup_math: str) -> str:
+    """The class an op computes in on a GPU running `setup_math`: its inputs' dtype (measure/op_counts.py), an fp32
+    matmul as TF32 where the step runs TF32."""
+    cls = op_class if op_class in CLASSES else "fp32"
+    return "tf32" if cls == "fp32" and setup_math == "tf32" else cls
+
+
+def op_roofline_s(kind, ceilings: Ceilings, setup_math: str, cache_mb: float | None) -> tuple[float, float]:
+    """(compute seconds, memory seconds) of one kind of op (measure/op_table.OpKind) at a GPU's ceilings: its FLOPs
+    over the peak of its class, the bytes the cache does not hold over the bandwidth."""
+    compute = kind.flops / ceilings.peak(op_math(kind.math, setup_math)) if kind.flops else 0.0
+    return compute, kind.memory_bytes(cache_mb) / ceilings.bandwidth()

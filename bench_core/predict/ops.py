@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench_core.measure.op_table import OpKind, from_json
-from bench_core.predict.ceilings import Ceilings
+from bench_core.predict.ceilings import Ceilings, op_math, op_roofline_s
 from bench_core.predict.model import Setup
 
 CARRIED = "(outside ops)"
-CLASSES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -56,16 +55,9 @@ def table_of(conf: dict) -> tuple[list[OpKind], dict]:
     return kinds, meta
 
 
-def math_of(kind: OpKind, setup: Setup) -> str:
-    """The class an op computes in on `setup`: its inputs' dtype, fp32 matmuls as TF32 where the row ran TF32."""
-    cls = kind.math if kind.math in CLASSES else "fp32"
-    return "tf32" if cls == "fp32" and setup.math == "tf32" else cls
-
-
 def roofline_s(kind: OpKind, ceilings: Ceilings, setup: Setup, cache_mb: float | None) -> float:
     """One kind of op's time at the GPU's ceilings: max(FLOPs / peak, memory bytes / bandwidth)."""
-    compute = kind.flops / ceilings.peak(math_of(kind, setup)) if kind.flops else 0.0
-    return max(compute, kind.memory_bytes(cache_mb) / ceilings.bandwidth())
+    return max(op_roofline_s(kind, ceilings, setup.math, cache_mb))
 
 
 def scaled(kinds: list[OpKind], source: Setup, target: Setup, cache: bool = True) -> tuple[float, float, float, float]:
@@ -85,7 +77,8 @@ def scaled(kinds: list[OpKind], source: Setup, target: Setup, cache: bool = True
         r_dst = roofline_s(kind, dst, target, l2_dst)
         t_dst = t * r_dst / r_src
         before, after = before + t, after + t_dst
-        if kind.flops and kind.flops / dst.peak(math_of(kind, target)) >= kind.memory_bytes(l2_dst) / dst.bandwidth():
+        compute_s, memory_s = op_roofline_s(kind, dst, target.math, l2_dst)
+        if kind.flops and compute_s >= memory_s:
             compute += t_dst
     return before, after, compute / after if after else 0.0, carried / after if after else 0.0
 

@@ -10,16 +10,32 @@ from __future__ import annotations
 
 import functools
 import itertools
+from dataclasses import replace
 import math
 import statistics
 
 from bench_core.predict.ceilings import left_out, measured_gpus
+from bench_core.measure.op_table import from_json
 from bench_core.predict.groups import GROUPS, group_of
-from bench_core.predict.model import TERMS, Profile, Setup, floor_share, predict, relative_error, without
+from bench_core.predict.model import TERMS, TESTED, Profile, Setup, floor_share, predict, relative_error, without
 from bench_core.predict.specs import Spec, data_rows, math_class, specs
 
 # Which profile a precision's bytes come from: fp32 and TF32 move 4-byte activations, the rest 2.
 PROFILE_PRECISION = {"fp32": "fp32", "tf32": "fp32"}
+
+
+@functools.cache
+def op_tables() -> dict[tuple, tuple]:
+    """(model, mode, input_shape, fp32 | amp, batch) -> the step's op table at that batch (workload_ops.csv, counted
+    by benchmarks/op_profiles.py on fake tensors at each published batch)."""
+    return {(r["model"], r["mode"], r["input_shape"], r["precision"], float(r["batch"])): tuple(from_json(r["ops"])[0])
+            for r in data_rows("workload_ops.csv")}
+
+
+def with_ops(profile: Profile, key: tuple, batch: float | None) -> Profile:
+    """`profile` with its op table at `batch` where one was counted (the batch rounded as the tables were)."""
+    ops = op_tables().get((*key, float(round(batch)))) if batch else None
+    return replace(profile, ops=ops, ops_batch=batch) if ops else profile
 
 
 @functools.cache
@@ -122,7 +138,9 @@ def predicted_pairs(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
             continue
         src = setup_of(a, terms, batch_of(a, b, rows))
         dst = setup_of(b, terms, batch_of(b, a, rows))
-        p = predict(a["value"], src, dst, profile, terms)
+        key = profile_key(a, math_a)
+        p = predict(a["value"], src, dst, with_ops(profile, key, src.batch), terms,
+                    target_profile=with_ops(profile, key, dst.batch))
         kind = pair_kind(a, b)
         group = kind if kind != GPU_TO_GPU else group_of("cuda", a["mode"], tasks().get(a["model"]), src.batch,
                                                          floor_share(profile, src, terms))
@@ -221,7 +239,8 @@ def ablations() -> list[dict]:
     """The overall median and worst error of the full model and of the model without each term, and the median error
     of the GPU-to-GPU training and the inference pairs (the groups issue 66 sets targets for)."""
     out = []
-    for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS]:
+    tested = [("with per-op (tested, off)", (*TERMS, "per-op")), ("with per-op and cache (tested, off)", (*TERMS, *TESTED))]
+    for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS] + tested:
         rows = predictions(terms)
         total = summarize(rows, None)[0]
         per_group = {f"median_{g}": statistics.median(abs(r["error"]) for r in rows if r["group"] == g)
