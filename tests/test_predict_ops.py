@@ -156,3 +156,16 @@ def test_bench_predict_says_which_path_each_prediction_took(tmp_path, capsys):
     assert "whole step (asked for)" in " ".join(whole.stdout.split())
     rows = json.loads(bench_here(capsys, "predict", "--from", str(folder), "--gpu", "H100-SXM5-80GB", "--json").stdout)
     assert [r["path"] for r in rows["predictions"]] == ["per op"]
+
+
+def test_a_real_profile_table_rehearsed_as_a_gpu_row_predicts_its_own_gpu_exactly(cpu_profile, tmp_path):
+    """The CPU rehearsal: the table the CPU stand-in profiled (every kind of op a training step runs, with its measured
+    time) put on an H200 row. Predicting the H200 gives back what was measured; a GPU faster at everything (the B200's
+    matmuls and bandwidth) predicts a faster step, one slower at everything (an L4) a slower one."""
+    busy_s, table, _ = cpu_profile
+    kinds, _ = from_json(table)
+    rows = json.loads(to_json(kinds, steps=1, busy_s=BUSY_S, device="cuda"))
+    folder = gpu_rows(tmp_path, json.dumps(rows))
+    (h200, b200, l4), _ = predict_dir(folder, [spec("H200-SXM-141GB"), spec("B200"), spec("L4")])
+    assert h200["path"] == b200["path"] == "per op" and h200["predicted"] == pytest.approx(BATCH / STEP_S)
+    assert l4["predicted"] < h200["predicted"] < b200["predicted"]
