@@ -107,11 +107,10 @@ def test_every_group_but_a_cpu_source_has_published_pairs_and_its_own_line():
 
 
 def test_each_group_states_the_interval_that_holds_80_percent_of_its_pairs_not_a_median_read_as_a_bound():
-    """The median |error| held for half a group's pairs (51 % of GPU to GPU in training's within ±15 %); the
-    interval a prediction carries is the 10th to 90th percentile of measured / predicted, asymmetric where
-    the errors are, and holds at least 80 % of its group's pairs."""
+    """A median |error| read as a band holds for about half a group's pairs; the interval a prediction carries is
+    the 10th to 90th percentile of measured / predicted, asymmetric where the errors are, and holds at least 80 %
+    of its group's pairs."""
     table = {r["group"]: r for r in published.error_table()}
-    assert table[measured.GPU_TRAINING]["within_15pct"] < 0.6  # what the ±15 % band claimed
     for group in (*[g for g in measured.GROUPS if g != measured.CPU_SOURCE], "all pairs"):
         r = table[group]
         rows = [p for p in published.predictions() if group == "all pairs" or p["group"] == group]
@@ -121,19 +120,22 @@ def test_each_group_states_the_interval_that_holds_80_percent_of_its_pairs_not_a
 
 
 def test_a_prediction_between_two_published_gpus_shows_their_pair_and_the_models_error_on_it():
-    """lambdal published ResNet-50 AMP on an H200 and an H100 (H100 at 0.91x); the model puts the H100 at
-    0.71x, 21 % low. A user predicting an H100 from our H200 row sees that pair and that error beside the
-    prediction, and lambdal's H100 figure lies inside the interval the prediction carries."""
+    """lambdal published ResNet-50 on an H200 and an H100 (the H100 at 0.91x in AMP, 0.84x in TF32). The whole-step
+    model put the H100 at 0.71x (21 % and 15 % low) while it scaled the step by the datasheets' bandwidth ratio; with
+    the bandwidths a copy reaches and the unexplained time on the SMs, both pairs are within 10 % (issue 66). A user
+    predicting an H100 from our H200 row sees the pair and the error beside it, and lambdal's H100 figure lies inside
+    the interval the prediction carries."""
     rows, _ = predict_dir(H200_RUN, [spec("H100-SXM5-80GB")])
     amp = next(r for r in rows if (r["model"], r["precision"]) == ("resnet50", "amp-fp16"))
-    assert amp["published_pair"] == ("lambdal resnet50 train amp (as fp16): H100-SXM5-80GB / H200-SXM-141GB "
-                                     "published 0.91x, the model 0.71x (error -21 %)")
-    assert amp["published_pair_error"] == pytest.approx(-0.21, abs=0.01) and amp["ratio"] == pytest.approx(0.71, abs=0.01)
-    pair = next(p for p in published.predictions() if (p["gpu_from"], p["gpu_to"], p["gpus_from"], p["precision"])
-                == ("H200-SXM-141GB", "H100-SXM5-80GB", 1, "amp"))
-    band = measured.bands()[amp["group"]]
-    assert pair["predicted"] * band.low <= pair["actual"] <= pair["predicted"] * band.high
-    assert not pair["predicted"] * 0.85 <= pair["actual"] <= pair["predicted"] * 1.15  # outside the old ±15 %
+    assert amp["published_pair"].startswith("lambdal resnet50 train amp (as fp16): H100-SXM5-80GB / H200-SXM-141GB "
+                                            "published 0.91x, the model ")
+    for precision in ("amp", "fp32"):
+        pair = next(p for p in published.predictions() if (p["gpu_from"], p["gpu_to"], p["gpus_from"], p["precision"])
+                    == ("H200-SXM-141GB", "H100-SXM5-80GB", 1, precision))
+        assert abs(pair["error"]) <= 0.10, (precision, pair["error"])
+        band = measured.bands()[amp["group"]]
+        assert pair["predicted"] * band.low <= pair["actual"] <= pair["predicted"] * band.high
+    assert abs(amp["published_pair_error"]) <= 0.10 and 0.75 < amp["ratio"] < 0.95
     strict = next(r for r in rows if r["precision"] == "fp32")  # lambdal's "FP32" ran as TF32: said beside
     assert strict["published_pair"].startswith("lambdal resnet50 train fp32 (as tf32): ")
 
@@ -220,8 +222,13 @@ def test_a_band_only_where_pairs_of_the_group_were_measured(cpu_run, tmp_path, c
     assert row["coverage"] == 0.8 and row["low"] < row["predicted"] < row["high"]
     assert row["low"] == pytest.approx(row["predicted"] * pairs["interval_low"])
     assert row["high"] == pytest.approx(row["predicted"] * pairs["interval_high"])
-    assert row["band_text"].startswith(f"{pairs['interval_low']:.2f}x-{pairs['interval_high']:.2f}x the prediction "
-                                       f"({group}: 80 % of its {pairs['pairs']} published pairs measured within it")
+    # said first in the words a person decides with: what the target measures against the GPU the row ran on
+    ratio = row["predicted"] / row["measured"]
+    assert row["band_text"].startswith(f"the 1x H100-SXM5-80GB measures {ratio * pairs['interval_low']:.2f}-"
+                                       f"{ratio * pairs['interval_high']:.2f}x the 1x A100-SXM4-80GB on 80 % of "
+                                       "comparable published pairs; ")
+    assert (f"{pairs['interval_low']:.2f}x-{pairs['interval_high']:.2f}x the prediction ({group}: 80 % of its "
+            f"{pairs['pairs']} published pairs measured within it") in row["band_text"]
 
 
 def test_a_group_with_no_measured_pair_is_unvalidated(monkeypatch, cpu_run, tmp_path):
@@ -441,6 +448,6 @@ def test_a_source_measured_busy_is_the_gpus_step_whatever_its_launch_floor_says(
     ladder = {(r["batch_size"], r["settings"]): r for r in rows if r["model"] == "resnet18"}
     eager_64, compiled_64 = ladder[(64, "")], ladder[(64, "compile default")]
     assert eager_64["group"] == measured.INFERENCE and not eager_64["binds"].startswith("host")
-    assert eager_64["ratio"] == pytest.approx(compiled_64["ratio"], rel=0.01) and eager_64["ratio"] < 0.9
+    assert eager_64["ratio"] == pytest.approx(compiled_64["ratio"], rel=0.03) and eager_64["ratio"] < 0.97
     for batch in (1, 4, 16):
         assert ladder[(batch, "")]["group"] == measured.SMALL_BATCH and ladder[(batch, "")]["ratio"] == 1.0

@@ -13,18 +13,23 @@ from bench_core.predict.measured import band_text, bands, predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
 from bench_core.predict.prices import parse_prices, prices_with
 from bench_core.predict.own import machines, scored
-from bench_core.predict.published import COVERAGE, QUANTILES, ablations, predictions
+from bench_core.predict.published import (ABLATION_GROUPS, COVERAGE, QUANTILES, ablations, held_out_by_gpu,
+                                          predictions)
 from bench_core.predict.specs import predictable_names, spec
 from bench_core.predict.tables import all_errors, fmt_pct, groups_help, interval_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = f"""How: per sample, t = max(F / P, Bf / W) + Bo / W, with F the FLOPs and Bf, Bo the bytes the
-FLOP ops and all other ops move (counted in the measured run, nothing fused), P the GPU's dense
-peak for the precision and W its memory bandwidth (bench_core/data/gpu_peaks.csv, each figure
-with its datasheet). The efficiency the measured device reached against its own t is carried to
-the target; N GPUs add a ring all-reduce of the gradients over the GPU's link; a small step (the
-host's time) is carried over as it was measured. 'binds' says which ceiling dominates.
+    p.epilog = f"""How, the whole step: per sample, t = max(F / P, Bf / W) + Bo / W, with F the FLOPs and Bf, Bo
+the bytes the FLOP ops and all other ops move (counted in the measured run, nothing fused), P the
+GPU's peak for the precision and W its memory bandwidth as microbenchmarks reach them (bench_core/
+data/gpu_achieved.csv beside the datasheets of gpu_peaks.csv, each figure with its source). The
+part of the measured step that t explains is scaled by the two GPUs' t; the rest (waves, tails,
+latency) by their SM issue rates (SMs x clock). N GPUs add a ring all-reduce of the gradients; a
+small step (the host's time) is carried over as it was measured.
+How, per op: a GPU row whose profile kept its ops' table (op_profile) is predicted op by op: each
+op's measured time scaled by its own roofline on the target over the source, the host's gaps
+carried unchanged ('path' says which; --whole-step forces the first). 'binds' says what dominates.
 Each prediction carries the interval that holds {COVERAGE * 100:.0f} % of the published pairs of its group
 (the {QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th percentile of measured / predicted; `bench predict --error-table`), and,
 where the two GPUs were published together, that pair and the model's error on it. The groups, by
@@ -55,6 +60,8 @@ exit status: {EXIT_OK} ok; 2 bad input (unknown GPU, a bad price, a directory wi
     p.add_argument("--against", metavar="DIR", help="a result directory measured on another GPU: each configuration "
                    "it shares with --from is predicted on its GPU and scored against what it measured (the error, and "
                    "whether it fell inside the interval); --gpu is not needed")
+    p.add_argument("--whole-step", action="store_true", help="predict every row by the whole-step model, also a GPU row "
+                   "whose profile carries its ops' table (by default such a row is predicted op by op)")
     p.add_argument("--error-table", action="store_true", help="print the model's error on every published pair, "
                    "per workload and pair kind, and what each term is worth (from the shipped data alone)")
     p.add_argument("--pairs", action="store_true", help="print every published pair: measured, predicted, error")
@@ -85,8 +92,14 @@ def main(args: argparse.Namespace) -> int:
                          prose=("interval",)))
         print(f"\nWhat each term is worth (terms: {', '.join(TERMS)}):")
         print(text_table([{"model": r["model"], "median |error|": fmt_pct(r["median_abs_error"]),
-                           "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"])}
+                           "worst |error|": fmt_pct(r["worst_abs_error"]), "within 15%": fmt_pct(r["within_15pct"]),
+                           **{f"median, {g}": fmt_pct(r[f"median_{g}"]) for g in ABLATION_GROUPS}}
                           for r in ablations()]))
+        print("\nEach GPU's own microbenchmark figures held out (it takes the median fraction of the others', as a GPU "
+              "never measured does), on its GPU-to-GPU pairs:")
+        print(text_table([{"GPU": r["gpu"], "pairs": r["pairs"], "median |error|": fmt_pct(r["median_abs_error"]),
+                           "held out": fmt_pct(r["held_out_median_abs_error"]),
+                           "within 15%, held out": fmt_pct(r["held_out_within_15pct"])} for r in held_out_by_gpu()]))
         return EXIT_OK
     if not args.from_dir:
         raise ConfigError("from", "give a result directory (--from DIR) and --gpu NAME, or --error-table")
@@ -101,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
                                   "bench run / bench sweep --out")
     gpus = [spec(name) for name in args.gpu]
     prices = prices_with(parse_prices(args.price))
-    rows, notes = predict_dir(args.from_dir, gpus, args.devices, prices=prices)
+    rows, notes = predict_dir(args.from_dir, gpus, args.devices, prices=prices, per_op=not args.whole_step)
     if args.json:
         print(json.dumps({"predictions": rows, "notes": notes}, indent=1))
         return EXIT_OK
@@ -116,11 +129,13 @@ def main(args: argparse.Namespace) -> int:
                        "predicted": f"{'at most ' if r['kind'] == 'bound' else ''}{r['predicted']:.4g} {r['sample_unit']}",
                        "x measured": f"{r['ratio']:.2f}x" if r["ratio"] else "",
                        f"{COVERAGE * 100:.0f} % interval": interval_text(r),
-                       "cost per million": cost_text(r),
+                       "cost per million": cost_text(r), "path": r["path"],
                        "binds": "; ".join(t for t in (r["binds"], r["above_roofline"], r["disturbed"]) if t)}
                       for r in rows], prose=("binds",)))
-    print(f"\n{COVERAGE * 100:.0f} % interval, per group of predictions (bench predict --error-table):")
-    for text in dict.fromkeys(r["band_text"] for r in rows):
+    print(f"\n{COVERAGE * 100:.0f} % interval, per prediction (its group's published pairs: bench predict --error-table):")
+    for text in dict.fromkeys(f"{r['model']} {r['mode']} {r['precision']} bs {r['batch_size']}"
+                              f"{' (' + r['settings'] + ')' if r['settings'] else ''} on {r['gpu']}: {r['band_text']}"
+                              for r in rows):
         print(f"  {text}")
     priced = dict.fromkeys(f"{r['gpu'].split('x ', 1)[-1]}: {r['price_from']}" for r in rows if r["price_from"])
     unpriced = dict.fromkeys(r["gpu"].split("x ", 1)[-1] for r in rows if not r["price_from"])
@@ -150,6 +165,8 @@ def interval_text(row: dict) -> str:
         return f"{figure(row['low'])}-{figure(row['high'])}"
     if row["kind"] == "bound":
         return "none (a bound)"
+    if row.get("path") == "per op":
+        return "none (per op: below)"
     return "none (above its roofline)" if row["above_roofline"] else "none (unvalidated)"
 
 

@@ -23,12 +23,15 @@ from bench_core.errors import ConfigError
 from bench_core.measure.noise import HOST_BOUND_BUSY, current_flags
 from bench_core.predict import groups
 from bench_core.predict.groups import CPU_SOURCE, GPU_TRAINING, GROUPS, INFERENCE, LLM_TRAINING, SMALL_BATCH
-from bench_core.predict.model import TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times
+from bench_core.predict.model import (TERMS, Profile, Setup, Times, floor_share, launch_floor, predict, times,
+                                      without)
+from bench_core.predict.ops import predict_step, table_of
 from bench_core.predict.prices import Price, cost_per_million, prices_with
 from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_between
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
+from bench_core.results.keys import machine_label
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
 
@@ -45,16 +48,21 @@ def ok_rows(result_dir: str | Path) -> list[dict]:
 
 
 def configurations(rows: list[dict]) -> list[dict]:
-    """One entry per workload configuration and device: the median of its repeats."""
+    """One entry per workload configuration and machine (results.keys: WORKLOAD and machine_label), the median of
+    its repeats, from however many result folders hold them (`folders`: their names, where rows carry result_dir).
+    Two machines are never pooled: their rows are not repeats of each other."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(tuple(str(r.get(k)) for k in (*WORKLOAD, "device_name")), []).append(r)
+        groups.setdefault((*(str(r.get(k)) for k in WORKLOAD), machine_label(r)), []).append(r)
     out = []
     for group in groups.values():
         first = group[0]
         merged = {k: first.get(k) for k in (*WORKLOAD, "device_type", "device_name", "peak_tflops", "peak_source",
                                             "params_count", "sample_unit", "task", "precision_support",
                                             "concurrency", "ops_per_step")}
+        merged["op_profile"] = next((r["op_profile"] for r in group if r.get("op_profile")), None)
+        merged["machine"] = machine_label(first)
+        merged["folders"] = tuple(dict.fromkeys(str(r["result_dir"]) for r in group if r.get("result_dir")))
         merged["noise_flags"] = ";".join(sorted({f for r in group for f in str(current_flags(r) or "").split(";")
                                                  if f})) or None  # under today's rules (older rows: power cap, host)
         for k in NEEDED:
@@ -153,7 +161,7 @@ def group_of(conf: dict, src: Setup | None = None) -> str:
     if measured_host_bound(conf):
         return SMALL_BATCH
     profile = profile_of(conf)
-    share = floor_share(profile, times(profile, src), conf["batch_size"]) if src else None
+    share = floor_share(profile, src) if src else None
     if measured_gpu_bound(conf):  # (also where its ops were not counted: the small-batch rule would guess)
         share = 0.0
     return groups.group_of(conf.get("device_type"), conf.get("mode"), conf.get("task"), conf.get("batch_size"), share)
@@ -190,6 +198,13 @@ def band_text(group: str, band: Band | None) -> str:
             f"{band.worst_factor:.1f}x)")
 
 
+def in_words(src: Setup, dst: Setup, ratio: float, band: Band) -> str:
+    """'the 1x H100-SXM5-80GB measures 0.85-0.97x the 1x H200-SXM-141GB on 80 % of comparable published pairs':
+    the predicted ratio times the group's interval."""
+    return (f"the {dst.gpus}x {dst.gpu.gpu} measures {ratio * band.low:.2f}-{ratio * band.high:.2f}x the "
+            f"{src.gpus}x {src.gpu.gpu} on {COVERAGE * 100:.0f} % of comparable published pairs")
+
+
 def pair_text(pair: dict | None) -> str | None:
     """A published pair of the same two GPUs, beside a prediction: its ratio, the model's, and its error."""
     if pair is None:
@@ -212,22 +227,30 @@ def refusal(conf: dict) -> str | None:
 
 
 def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
-                prices: dict[str, Price] | None = None) -> tuple[list[dict], list[str]]:
+                prices: dict[str, Price] | None = None, per_op: bool = True) -> tuple[list[dict], list[str]]:
     """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped.
-    prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with())."""
-    rows, notes, group_bands = [], [], bands()  # (one error table for the folder, not one a configuration)
-    for conf in configurations(ok_rows(result_dir)):
-        found, note = predict_conf(conf, gpus, devices, terms, prices, group_bands)
+    prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with()); per_op: a GPU row with
+    its ops' table is predicted op by op (predict/ops.py), else every row by the whole-step model."""
+    return predict_rows(ok_rows(result_dir), gpus, devices, terms, prices, per_op)
+
+
+def predict_rows(measured_rows: list[dict], gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
+                 prices: dict[str, Price] | None = None, per_op: bool = True) -> tuple[list[dict], list[str]]:
+    """predict_dir for ok rows from anywhere (a report's folders together: configurations() pools one configuration
+    of one machine across them, and says which folders it came from)."""
+    rows, notes, group_bands = [], [], bands()  # (one error table for the rows, not one a configuration)
+    for conf in configurations(measured_rows):
+        found, note = predict_conf(conf, gpus, devices, terms, prices, group_bands, per_op)
         rows += found
         notes += [note] if note else []
     return rows, notes
 
 
 def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
-                 prices: dict[str, Price] | None = None, group_bands: dict[str, Band | None] | None = None
-                 ) -> tuple[list[dict], str | None]:
+                 prices: dict[str, Price] | None = None, group_bands: dict[str, Band | None] | None = None,
+                 per_op: bool = True) -> tuple[list[dict], str | None]:
     """One configuration (configurations()) predicted on each GPU, or a note on why it is not; `group_bands`:
-    bands(), where the caller predicts many."""
+    bands(), where the caller predicts many; per_op: as predict_dir."""
     prices = prices_with() if prices is None else prices
     size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
     label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
@@ -246,10 +269,11 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
     # predicted without the host-bound term, and the group's interval measures the model with it: no interval fits.
     uncounted = group == SMALL_BATCH and not eager_ops(conf) and not measured_host_bound(conf)
     group_band, rows = (bands() if group_bands is None else group_bands)[group], []
+    sheet = without("achieved", terms)
     for spec in gpus:
         dst = Setup(spec, math_class(conf["precision"], spec), devices, 1, conf["batch_size"])
         if bound:  # (a prediction is capped by the launch floor in predict(); a bound here)
-            t = times(profile_of(conf), dst, terms)
+            t = times(profile_of(conf), dst, sheet)  # at the datasheet's ceilings: nothing runs faster
             value, binds, efficiency, note = roofline(t, dst), t.binds, None, BOUND_NOTE
             floor = launch_floor(devices, conf["batch_size"], eager_ops(conf))
             if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
@@ -258,9 +282,18 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
             p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf),
                         measured_gpu_bound(conf))
             value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
-        above = above_roofline(efficiency, src, dst, roofline(times(profile_of(conf), dst, terms), dst))
-        band = None if uncounted or above else group_band
-        band_said = UNCOUNTED if uncounted else ABOVE_BAND if above else band_text(group, band)
+        whole, path = value, "whole step" if bound or not table_of(conf)[0] else "whole step (asked for)"
+        if not bound and per_op and table_of(conf)[0] and devices == src.gpus:
+            value, binds, note = per_op_prediction(conf, src, dst)
+            path = "per op"
+        # Faster than its own roofline: against the datasheet's ceilings, which no kernel exceeds.
+        above = None if bound else above_roofline(datasheet_efficiency(conf, src, sheet), src, dst,
+                                                  roofline(times(profile_of(conf), dst, sheet), dst))
+        band = None if uncounted or above or path == "per op" else group_band
+        band_said = (UNCOUNTED if uncounted else ABOVE_BAND if above else per_op_band(whole, group, group_band,
+                     conf) if path == "per op" else band_text(group, band))
+        if band is not None:  # in the words a person decides with: what the target measures against the source
+            band_said = f"{in_words(src, dst, value / conf['samples_per_s'], band)}; {band_said}"
         pair = None if bound else pair_between(src.gpu.gpu, spec.gpu, (src.gpus, devices), conf["model"],
                                                 conf["mode"], dst.math, conf["batch_size"])
         rows.append({"model": conf["model"], "mode": conf["mode"], "precision": conf["precision"],
@@ -274,12 +307,37 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
                      "ratio": None if bound else value / conf["samples_per_s"],
                      "published_pair": pair_text(pair), "published_pair_error": pair["error"] if pair else None,
                      "binds": binds, "efficiency": efficiency, "above_roofline": above, "math": dst.math,
+                     "path": path, "whole_step": None if bound else whole, "machine": conf["machine"],
+                     "folders": ", ".join(conf["folders"]),
                      "sample_unit": conf.get("sample_unit") or "samples/s",
                      # A bound uses the run's counts, never its timing: a disturbed CPU run bounds a GPU as well.
                      "disturbed": (f"disturbed ({disturbances(conf['noise_flags'])}): {RE_MEASURE}"
                                    if disturbances(conf.get("noise_flags")) and not bound else None),
                      "note": note, **costs(conf, value, band, devices, prices.get(spec.gpu))})
     return rows, None
+
+
+def per_op_prediction(conf: dict, src: Setup, dst: Setup) -> tuple[float, str, str]:
+    """(samples/s, binds, note) of the per-op path (predict/ops.py) from the row's op table."""
+    kinds, meta = table_of(conf)
+    measured_step = src.gpus * conf["batch_size"] / conf["samples_per_s"]
+    found = predict_step(kinds, meta, measured_step, src, dst, bool(measured_host_bound(conf)))
+    value = dst.gpus * conf["batch_size"] / found.step_s
+    floor = launch_floor(dst.gpus, conf["batch_size"], eager_ops(conf))
+    if floor is not None and floor[0] < value:
+        return floor[0], floor[1], "per op, capped by the launch floor"
+    return value, found.binds(), (f"each op of the row's profile scaled by its roofline on {dst.gpu.gpu} over its "
+                                  f"roofline on {src.gpu.gpu}; the host's gaps carried unchanged")
+
+
+def per_op_band(whole: float, group: str, band: Band | None, conf: dict) -> str:
+    """What stands beside a per-op prediction: it has no published pairs (no published run carries its ops' times),
+    so no interval of its own; the whole-step model's figure and its group's interval are said."""
+    unit = conf.get("sample_unit") or "samples/s"
+    said = (f"{whole * band.low:.4g}-{whole * band.high:.4g} {unit} on {COVERAGE * 100:.0f} % of its {band.pairs} "
+            f"published pairs" if band else "no interval")
+    return (f"none: the per-op path has no published pairs (no published run carries its ops' times); the whole-step "
+            f"model puts it at {whole:.4g} {unit} ({group}: {said})")
 
 
 def costs(conf: dict, value: float, band: Band | None, devices: int, price: Price | None) -> dict:
@@ -293,6 +351,15 @@ def costs(conf: dict, value: float, band: Band | None, devices: int, price: Pric
             "cost_per_million": cost,
             "cost_low": cost / band.high if cost and band else None,  # the faster end of the interval costs less
             "cost_high": cost / band.low if cost and band else None}
+
+
+def datasheet_efficiency(conf: dict, src: Setup, terms: tuple[str, ...]) -> float:
+    """The measured throughput over the roofline at the source's datasheet ceilings (the all-reduce left out)."""
+    t = times(profile_of(conf), src, terms)
+    budget = src.gpus * conf["batch_size"] / conf["samples_per_s"] - t.comm_s
+    if budget <= 0:
+        budget = src.gpus * conf["batch_size"] / conf["samples_per_s"]
+    return conf["batch_size"] * t.sample_s / budget
 
 
 def above_roofline(efficiency: float | None, src: Setup | None, dst: Setup, target_roofline: float) -> str | None:

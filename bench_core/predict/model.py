@@ -30,11 +30,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from bench_core.predict.ceilings import Ceilings, op_roofline_s
 from bench_core.predict.groups import SMALL_STEP_FLOOR_SHARE
 from bench_core.predict.specs import Spec
 
 # The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
-TERMS = ("software-default", "split", "batch", "interconnect", "host-bound")
+TERMS = ("software-default", "split", "batch", "interconnect", "host-bound", "achieved", "residual")
+# Tested, not assumed, and off: each kind of op of the published workloads at its own roofline (op tables counted at
+# each published batch, data/workload_ops.csv), and with it the bytes an L2 holds. On the published pairs neither
+# helps (the error table's 'with' lines): the whole step's split roofline and its residual already carry them.
+TESTED = ("per-op", "cache")
 
 # The launch floor: an eager step runs its ops one by one, and the host spends at least this long on each
 # (Python, the dispatcher's layers, cudaLaunchKernel) however small its kernel, so no GPU runs the step in
@@ -60,6 +65,8 @@ class Profile:
     grad_bytes: float = 0.0      # bytes all-reduced per step under data parallelism (4 x parameters)
     source: str = ""
     ops_per_step: float = 0.0    # ops one eager step runs, a kernel each on a GPU (0: not counted, no floor)
+    ops: tuple = ()              # the step's op table at ops_batch (measure/op_table.OpKind): the per-op roofline
+    ops_batch: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,13 +103,18 @@ def _per_sample(step_bytes: float, batch: float | None, use_batch: bool) -> floa
     return step_bytes / batch if use_batch and batch else 0.0
 
 
-def times(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> Times:
-    peak, _ = setup.gpu.peak(setup.math)
-    bandwidth = setup.gpu.number("memory_gbps") * 1e9
+def times(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS, cache_mb: float | None = None) -> Times:
+    """The step's ideal times on `setup` (per sample). With an op table at this batch and the per-op term, each kind
+    of op at its own roofline (and, with the cache term, the bytes an L2 of `cache_mb` holds left out); else the
+    split roofline of the whole step's counts."""
+    ceilings = Ceilings(setup.gpu, achieved="achieved" in terms)
+    if "per-op" in terms and profile.ops and setup.batch and profile.ops_batch == setup.batch:
+        return op_times(profile, setup, terms, ceilings, cache_mb if "cache" in terms else None)
+    peak, bandwidth = ceilings.peak(setup.math), ceilings.bandwidth()
     use_batch = "batch" in terms
     flop_bytes = profile.flop_op_bytes + _per_sample(profile.flop_op_step_bytes, setup.batch, use_batch)
     other_bytes = profile.other_bytes + _per_sample(profile.other_step_bytes, setup.batch, use_batch)
-    compute = profile.flops / (peak * 1e12)
+    compute = profile.flops / peak
     flop_mem, other_mem = flop_bytes / bandwidth, other_bytes / bandwidth
     if "split" in terms:
         sample = max(compute, flop_mem) + other_mem
@@ -118,6 +130,22 @@ def times(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> Tim
         if share > 0.05:
             binds += f"; interconnect {share:.0%} of the ideal step"
     return Times(compute, flop_mem, other_mem, sample, comm, binds)
+
+
+def op_times(profile: Profile, setup: Setup, terms: tuple[str, ...], ceilings: Ceilings, cache_mb: float | None
+             ) -> Times:
+    """times() from the op table: each kind of op at max(its FLOPs / peak, its memory bytes / bandwidth)."""
+    compute = flop_mem = other_mem = step = in_compute = 0.0
+    for kind in profile.ops:
+        c, m = op_roofline_s(kind, ceilings, setup.math, cache_mb)
+        step, compute = step + max(c, m), compute + c
+        flop_mem, other_mem = (flop_mem + m, other_mem) if kind.flops else (flop_mem, other_mem + m)
+        in_compute += c if kind.flops and c >= m else 0.0
+    comm = comm_seconds(profile, setup) if "interconnect" in terms else 0.0
+    binds = (f"{'compute' if in_compute >= step / 2 else 'memory'} (per op: {in_compute / step:.0%} of the ideal step "
+             f"in compute-bound ops" + (f"; an L2 of {cache_mb:g} MB" if cache_mb else "") + ")")
+    batch = setup.batch
+    return Times(compute / batch, flop_mem / batch, other_mem / batch, step / batch, comm, binds)
 
 
 def comm_seconds(profile: Profile, setup: Setup) -> float:
@@ -136,11 +164,16 @@ def _step_s(t: Times, batch: float, efficiency: float) -> float:
 
 
 def predict(measured: float, source: Setup, target: Setup, profile: Profile,
-            terms: tuple[str, ...] = TERMS, host_bound: str = "", gpu_bound: str = "") -> Prediction:
+            terms: tuple[str, ...] = TERMS, host_bound: str = "", gpu_bound: str = "",
+            target_profile: Profile | None = None) -> Prediction:
     """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`. `host_bound` ('gpu busy 17%'):
     the source row was measured host-bound, so its step is the host's whatever its launch floor says;
     `gpu_bound` ('gpu busy 90%'): it was measured busy, so its step is the GPU's whatever its launch floor says."""
-    src, dst = times(profile, source, terms), times(profile, target, terms)
+    l2 = (Ceilings(source.gpu).l2_mb(), Ceilings(target.gpu).l2_mb())
+    if None in l2:  # a cache known on one side only would favour that side
+        l2 = (None, None)
+    src = times(profile, source, terms, l2[0])
+    dst = times(target_profile or profile, target, terms, l2[1])
     b_src = source.batch or 1.0
     b_dst = target.batch or b_src
     # measured = N b / (b t / e + c)  ->  e = b t / (N b / measured - c)
@@ -151,7 +184,13 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     value = target.gpus * b_dst / _step_s(dst, b_dst, efficiency)
     note = (f"efficiency {efficiency:.1%} on {source.gpu.gpu} ({source.math}) carried to "
             f"{target.gpu.gpu} ({target.math}); terms: {', '.join(terms) or 'none'}")
-    share = floor_share(profile, src, b_src)
+    rest = residual_step_s(budget, b_src, src, source, target, b_dst) if "residual" in terms else None
+    if rest is not None:
+        value = target.gpus * b_dst / (b_dst * dst.sample_s + dst.comm_s + rest)
+        note = (f"the rooflines explain {efficiency:.0%} of the step on {source.gpu.gpu} ({source.math}); the rest "
+                f"({1 - efficiency:.0%}) carried to {target.gpu.gpu} ({target.math}) at the ratio of the GPUs' SM issue "
+                f"rates; terms: {', '.join(terms)}")
+    share = floor_share(profile, source, terms)
     small = share is not None and share >= SMALL_STEP_FLOOR_SHARE and not gpu_bound
     if "host-bound" in terms and (host_bound or small):
         # a small step: the measured time is the host's, the same on the target unless its roofline is slower
@@ -170,11 +209,27 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     return Prediction(value, efficiency, src, dst, note)
 
 
-def floor_share(profile: Profile, t: Times, batch: float | None) -> float | None:
-    """The step's launch floor over its ideal time on the device of `t` (None: the ops were not counted)."""
+def residual_step_s(budget: float, b_src: float, src: Times, source: Setup, target: Setup, b_dst: float) -> float | None:
+    """The part of the measured step (`budget`: its time less the all-reduce) that the source's rooflines do not
+    explain, per step at the target's batch, scaled to the target by the ratio of the GPUs' SM issue rates (SMs x
+    clock): the time kernels spend below both ceilings (waves, tails, latency, small kernels) runs on the SMs,
+    whatever the DRAM or the tensor cores could do. None where it cannot apply: the rooflines explain the whole
+    step (efficiency of 100 % or more) or a GPU's issue rate is not known."""
+    issue_src = Ceilings(source.gpu).issue_rate()
+    issue_dst = Ceilings(target.gpu).issue_rate()
+    rest = budget - b_src * src.sample_s
+    if rest <= 0 or not issue_src or not issue_dst:
+        return None
+    return rest * (b_dst / b_src) * issue_src / issue_dst
+
+
+def floor_share(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> float | None:
+    """The step's launch floor over its ideal time on `setup`'s GPU (None: the ops were not counted). The ideal is
+    the roofline at the datasheet's ceilings, as the small-step rule was set (groups.SMALL_STEP_FLOOR_SHARE)."""
     if not profile.ops_per_step:
         return None
-    return profile.ops_per_step * HOST_S_PER_OP / ((batch or 1.0) * t.sample_s + t.comm_s)
+    t = times(profile, setup, without("achieved", terms))
+    return profile.ops_per_step * HOST_S_PER_OP / ((setup.batch or 1.0) * t.sample_s + t.comm_s)
 
 
 def launch_floor(gpus: int, batch: float, ops: float | None) -> tuple[float, str] | None:

@@ -10,15 +10,32 @@ from __future__ import annotations
 
 import functools
 import itertools
+from dataclasses import replace
 import math
 import statistics
 
+from bench_core.predict.ceilings import left_out, measured_gpus
+from bench_core.measure.op_table import from_json
 from bench_core.predict.groups import GROUPS, group_of
-from bench_core.predict.model import TERMS, Profile, Setup, floor_share, predict, relative_error, without
+from bench_core.predict.model import TERMS, TESTED, Profile, Setup, floor_share, predict, relative_error, without
 from bench_core.predict.specs import Spec, data_rows, math_class, specs
 
 # Which profile a precision's bytes come from: fp32 and TF32 move 4-byte activations, the rest 2.
 PROFILE_PRECISION = {"fp32": "fp32", "tf32": "fp32"}
+
+
+@functools.cache
+def op_tables() -> dict[tuple, tuple]:
+    """(model, mode, input_shape, fp32 | amp, batch) -> the step's op table at that batch (workload_ops.csv, counted
+    by benchmarks/op_profiles.py on fake tensors at each published batch)."""
+    return {(r["model"], r["mode"], r["input_shape"], r["precision"], float(r["batch"])): tuple(from_json(r["ops"])[0])
+            for r in data_rows("workload_ops.csv")}
+
+
+def with_ops(profile: Profile, key: tuple, batch: float | None) -> Profile:
+    """`profile` with its op table at `batch` where one was counted (the batch rounded as the tables were)."""
+    ops = op_tables().get((*key, float(round(batch)))) if batch else None
+    return replace(profile, ops=ops, ops_batch=batch) if ops else profile
 
 
 @functools.cache
@@ -107,6 +124,11 @@ def pair_kind(a: dict, b: dict) -> str:
 @functools.cache
 def predictions(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
     """One row per ordered pair: what was predicted from what, the prediction, the error."""
+    return predicted_pairs(terms)
+
+
+def predicted_pairs(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
+    """predictions(), computed now (not kept): under ceilings.left_out() the figures differ."""
     rows = published_rows()
     out = []
     for a, b in pairs():
@@ -116,10 +138,12 @@ def predictions(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
             continue
         src = setup_of(a, terms, batch_of(a, b, rows))
         dst = setup_of(b, terms, batch_of(b, a, rows))
-        p = predict(a["value"], src, dst, profile, terms)
+        key = profile_key(a, math_a)
+        p = predict(a["value"], src, dst, with_ops(profile, key, src.batch), terms,
+                    target_profile=with_ops(profile, key, dst.batch))
         kind = pair_kind(a, b)
         group = kind if kind != GPU_TO_GPU else group_of("cuda", a["mode"], tasks().get(a["model"]), src.batch,
-                                                         floor_share(profile, p.source, src.batch))
+                                                         floor_share(profile, src, terms))
         out.append({"workload": f"{a['model']} {a['mode']} {a['input_shape']}", "model": a["model"],
                     "precision": a["precision"], "run_group": a["run_group"], "kind": kind, "group": group,
                     "batch": src.batch,
@@ -212,11 +236,40 @@ def group_sources() -> dict[str, str]:
 
 
 def ablations() -> list[dict]:
-    """The overall median and worst error of the full model and of the model without each term."""
+    """The overall median and worst error of the full model and of the model without each term, and the median error
+    of the GPU-to-GPU training and the inference pairs (the groups issue 66 sets targets for)."""
     out = []
-    for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS]:
-        total = summarize(predictions(terms), None)[0]
+    tested = [("with per-op (tested, off)", (*TERMS, "per-op")), ("with per-op and cache (tested, off)", (*TERMS, *TESTED))]
+    for name, terms in [("full model", TERMS)] + [(f"without {t}", without(t)) for t in TERMS] + tested:
+        rows = predictions(terms)
+        total = summarize(rows, None)[0]
+        per_group = {f"median_{g}": statistics.median(abs(r["error"]) for r in rows if r["group"] == g)
+                     for g in ABLATION_GROUPS}
         out.append({"model": name, **{k: total[k] for k in ("pairs", "median_abs_error", "worst_abs_error",
                                                             "worst_factor", "within_15pct", "interval_low",
-                                                            "interval_high")}})
+                                                            "interval_high")}, **per_group})
+    return out
+
+
+ABLATION_GROUPS = ("GPU to GPU in training", "inference")
+
+
+def held_out_by_gpu() -> list[dict]:
+    """Per GPU with microbenchmark figures of its own (ceilings.py): the median error of its GPU-to-GPU pairs with
+    its figures, and with them held out (it takes the median fraction of the other GPUs' figures, as a GPU never
+    measured does). The fraction a GPU without figures gets is chosen from the data of the others: this is its
+    error on what was left out."""
+    out = []
+    for gpu in measured_gpus():
+        def mine(rows):
+            return [r for r in rows if r["kind"] == GPU_TO_GPU and gpu in (r["gpu_from"], r["gpu_to"])]
+        with_own = mine(predictions())
+        if not with_own:
+            continue
+        with left_out(gpu):
+            held = mine(predicted_pairs())
+        out.append({"gpu": gpu, "pairs": len(with_own),
+                    "median_abs_error": statistics.median(abs(r["error"]) for r in with_own),
+                    "held_out_median_abs_error": statistics.median(abs(r["error"]) for r in held),
+                    "held_out_within_15pct": sum(abs(r["error"]) <= 0.15 for r in held) / len(held)})
     return out

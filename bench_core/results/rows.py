@@ -37,7 +37,7 @@ from bench_core.results.serving_columns import SERVING_COLUMNS
 #    power_w_sampled (the checks of `bench acceptance`: the window on the host clock, NVML's power samples)
 # 7: model_code_path, model_code_sha256, model_code_commit (a model from your code); 8: serving traffic's
 #    fields and figures (traffic, *_tokens_mean, send_lag_ms_p99, ttft_ms_p50_by_turn, ...); ops_per_step
-# 9: gpu_busy, gpu_busy_method (host-bound rows), power_limit_w (power-capped rows)
+# 9: gpu_busy, gpu_busy_method (host-bound rows), power_limit_w (power-capped rows), op_profile (the ops' table)
 #    reference_ops_per_step and precision_note (float8: its amp-bf16 twin's ops a step; why an eager fp8 row is
 #    slow); compile records the mode that ran (fp8 precisions compile by default)
 #    phase_times_s (where a configuration's time went outside its timed windows: a sweep's timing.json)
@@ -240,6 +240,8 @@ _EFFICIENCY = [
     ("gpu_busy", "GPU rows: the GPU's kernel time per step (torch.profiler over a few steps after the window, on "
                  "the GPU's clock) / the window's mean step, 0-1; below 0.5 the row is host-bound (noise_flags)"),
     ("gpu_busy_method", "how gpu_busy was measured, or why it is empty (a CPU row, no CUPTI, a failed profile)"),
+    ("op_profile", "GPU rows of an eager step: its ops from gpu_busy's profile as a compact table (per kind of op: calls, "
+                   "measured time, FLOPs, bytes, cache reuse; JSON, measure/op_table.py): `bench predict`'s per-op path"),
     ("sm_clock_mhz_mean", "mean SM clock, MHz"),
     ("sm_clock_mhz_min", "min SM clock, MHz"),
     ("gpu_mem_used_bytes", "device memory used (NVML, includes the CUDA context and other processes)"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_core.errors import ConfigError
-from bench_core.predict.measured import predict_dir
+from bench_core.predict.measured import band_text, bands, ok_rows, predict_rows
 from bench_core.predict.published import COVERAGE, QUANTILES
 from bench_core.predict.prices import parse_prices, prices_with
 from bench_core.predict.specs import gpu_list, spec, spec_for_device
@@ -23,23 +23,35 @@ MAX_CHARTS = 6
 
 
 def predicted_table(res: Results, gpus=None, prices=None) -> tuple[pd.DataFrame, list[str]]:
-    """Predicted rows for every configuration of every result directory on `gpus` (names; default the GPUs a
+    """Predicted rows for every configuration of the report's folders on `gpus` (names; default the GPUs a
     person compares today, specs.COMPARED_TODAY), priced at `prices` (NAME=PRICE texts or {NAME: PRICE}, over
-    the shipped on-demand prices), and notes on what was skipped. A GPU measured in any of the report's
-    folders is not predicted: its measured figure is in the report already."""
+    the shipped on-demand prices), and notes on what was skipped. The folders' rows are taken together: one
+    configuration of one machine found in several folders is one prediction, from all its repeats, and says which
+    folders (`folders`). A GPU measured in any of the report's folders is not predicted: its measured figure is in
+    the report already."""
     specs = [spec(name) for name in gpu_list(gpus)]
     priced = prices_with(parse_prices(prices))
     rows, notes = [], []
-    for directory in res.dirs:
-        try:
-            found, skipped = predict_dir(directory, specs, prices=priced)
-        except ConfigError as exc:  # a folder is named, never its local path (the report is shared)
-            notes.append(str(exc).replace(str(directory), Path(directory).name))
-            continue
-        rows += found
-        notes += skipped
-    measured = measured_gpus(res) | {r["measured_on"] for r in rows}
-    return pd.DataFrame([r for r in rows if r["gpu"] not in measured]), notes
+    names = res.names or [Path(d).name for d in res.dirs]
+    for directory, name in zip(res.dirs, names):
+        try:  # a folder is named, never its local path (the report is shared)
+            rows += [{**r, "result_dir": name} for r in ok_rows(directory)]
+        except ConfigError as exc:
+            notes.append(str(exc).replace(str(directory), name))
+    found, skipped = predict_rows(rows, specs, prices=priced) if rows else ([], [])
+    measured = measured_gpus(res) | {r["measured_on"] for r in found}
+    table = pd.DataFrame([r for r in found if r["gpu"] not in measured])
+    return (with_labels(table, len(res.dirs) > 1) if not table.empty else table), notes + skipped
+
+
+def with_labels(table: pd.DataFrame, several_folders: bool) -> pd.DataFrame:
+    """The table with `configuration` (model, mode, precision, batch and the settings that tell it apart) and
+    `source` (the machine and, in a report of several folders, the folders it came from: a configuration
+    measured apart in two folders or on two machines is two lines that say which is which)."""
+    configuration = [f"{m} {mode} {p}, batch {b}" + (f" ({s})" if s else "") for m, mode, p, b, s in
+                     zip(table["model"], table["mode"], table["precision"], table["batch_size"], table["settings"])]
+    source = [m + (f" · {f}" if several_folders and f else "") for m, f in zip(table["machine"], table["folders"])]
+    return table.assign(configuration=configuration, source=source)
 
 
 def measured_gpus(res: Results) -> set[str]:
@@ -54,16 +66,19 @@ def measured_gpus(res: Results) -> set[str]:
 
 
 def _chart(table: pd.DataFrame) -> None:
+    """One panel per configuration (as the table names it), each predicted GPU once per machine it was predicted
+    from: a configuration found in several folders of one machine is one prediction, never one bar per folder."""
     import matplotlib.pyplot as plt
-    groups = list(table.groupby(["model", "mode", "precision", "batch_size"], sort=False))[:MAX_CHARTS]
-    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.2 + 0.45 * sum(g["gpu"].nunique() + 1 for _, g in groups)),
-                             squeeze=False)
-    for ax, ((model, mode, precision, batch), group) in zip(axes[:, 0], groups):
-        measured = group.drop_duplicates("measured_on")
+    groups = list(table.groupby("configuration", sort=False))[:MAX_CHARTS]
+    sizes = [g["source"].nunique() + len(g) for _, g in groups]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.2 + 0.45 * sum(sizes)), squeeze=False)
+    for ax, (configuration, group) in zip(axes[:, 0], groups):
+        measured = group.drop_duplicates("source")
         several = len(measured) > 1
-        labels = [f"{m} (measured)" for m in measured["measured_on"]] + [
-            f"{g} ({'at most' if k == 'bound' else 'predicted'}{f' from {m}' if several else ''})"
-            for g, m, k in zip(group["gpu"], group["measured_on"], group["kind"])]
+        labels = [f"{m} (measured{f', {src}' if several else ''})" for m, src in
+                  zip(measured["measured_on"], measured["source"])] + [
+            f"{g} ({'at most' if k == 'bound' else 'predicted'}{f' from {src}' if several else ''})"
+            for g, src, k in zip(group["gpu"], group["source"], group["kind"])]
         y = range(len(labels))
         ax.barh(list(y)[:len(measured)], measured["measured"], color="tab:blue", label="measured")
         banded = group["low"].notna().to_numpy()
@@ -78,7 +93,7 @@ def _chart(table: pd.DataFrame) -> None:
         ax.set_xscale("log")
         unit = group["sample_unit"].dropna().iloc[0] if group["sample_unit"].notna().any() else "samples/s"
         ax.set_xlabel(unit)
-        ax.set_title(f"{model} {mode} {precision}, batch {batch}", fontsize=10, loc="right")
+        ax.set_title(configuration, fontsize=10, loc="right")
         drop_blank_minor_ticks(ax.xaxis)
     axes[0, 0].legend(loc="lower left", bbox_to_anchor=(0, 1.08), ncols=2, fontsize=8, frameon=False)
     fig.tight_layout()
@@ -95,16 +110,19 @@ def show_predicted(res: Results, gpus=None, prices=None) -> None:
     if table.empty:
         note("Nothing to predict from: no ok row with the FLOP and byte counts `bench predict` needs.")
         return
-    groups = table.drop_duplicates("group")
-    said = "; ".join(groups["band_text"])
+    bands_now = bands()
+    said = "; ".join(band_text(g, bands_now[g]) for g in dict.fromkeys(table["group"]))
     paragraph(f"Predicted, not measured: each configuration carried to GPUs that were not measured "
-              f"(`bench predict`; docs/prediction.md). The model puts the FLOPs and bytes counted in the run "
-              f"against each GPU's datasheet peak and memory bandwidth and carries the measured efficiency "
-              f"over, capped by the launch floor (the step's kernels x the host's time per kernel); 'binds' says "
-              f"which ceiling dominates. Each prediction carries the interval that holds {COVERAGE * 100:.0f} % of "
-              f"the published pairs of its group (the {QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th "
-              f"percentile of measured / predicted), only where such pairs were measured; from a CPU run the figure "
-              f"is the GPU's roofline bound, 'at most', with no interval and no efficiency carried over. Here: {said}.")
+              f"(`bench predict`; docs/prediction.md). The whole-step model puts the FLOPs and bytes counted in the "
+              f"run against each GPU's peak and memory bandwidth as microbenchmarks reach them, scales the part of "
+              f"the measured step those explain by the two GPUs' ceilings and the rest by their SM issue rates, "
+              f"capped by the launch floor (the step's kernels x the host's time per kernel); a GPU row whose "
+              f"profile kept its ops' table is predicted op by op instead ('path'). Each whole-step prediction "
+              f"carries the interval that holds {COVERAGE * 100:.0f} % of the published pairs of its group (the "
+              f"{QUANTILES[0] * 100:.0f}th to {QUANTILES[1] * 100:.0f}th percentile of measured / predicted), only "
+              f"where such pairs were measured; from a CPU run the figure is the GPU's roofline bound, 'at most', "
+              f"with no interval. A configuration found in several of the report's folders on one machine is one "
+              f"prediction from all its repeats ('measured on' names the folders). Here: {said}.")
     if table["price_from"].notna().any():
         paragraph("Cost per million items (the workload's own unit: images, tokens) = price x GPUs / (predicted "
                   "items/s x 3600) x 1e6, at an on-demand price per GPU-hour: "
@@ -117,21 +135,39 @@ def show_predicted(res: Results, gpus=None, prices=None) -> None:
         paragraph("Published pairs of the same two GPUs, and the model's error on them (the error to expect on "
                   "these predictions): " + "; ".join(beside) + ".")
     _chart(table)
+    shown, details = shown_tables(table)
+    show_table(shown, SHOWN)
+    paragraph("What binds each prediction, its interval in words, the published pair of the same GPUs and what else "
+              "it says (the table above stays narrow enough for the page):")
+    show_table(details, DETAILS)
+
+
+# The table a page of the report can hold (1,400 px): short cells only; what takes a sentence is in DETAILS below it.
+SHOWN = {"configuration": "configuration", "source": "measured on", "measured_text": "measured",
+         "gpu": "GPU (predicted)", "predicted_text": "predicted", "ratio_text": "x measured",
+         "predicted_band": f"{COVERAGE * 100:.0f} % interval", "path": "path", "cost_text": "cost per million"}
+DETAILS = {"prediction": "prediction", "binds": "binds", "more": "interval in words, published pair, price, flags"}
+
+
+def shown_tables(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the narrow table, the details table) of the predicted rows: numbers in short cells in the first, every
+    sentence in the second."""
     shown = table.assign(
-        predicted_band=[f"{lo:.4g} – {hi:.4g}" if pd.notna(lo) else text for lo, hi, text in
-                        zip(table["low"], table["high"], table["band_text"])],
-        predicted_text=[f"{'at most ' if k == 'bound' else ''}{v:.4g} {u}" for v, k, u in
-                        zip(table["predicted"], table["kind"], table["sample_unit"])],
-        measured_text=[f"{v:.4g} {u}" for v, u in zip(table["measured"], table["sample_unit"])],
+        predicted_band=[f"{lo:,.4g}-{hi:,.4g}" if pd.notna(lo) else "none (below)" for lo, hi in
+                        zip(table["low"], table["high"])],
+        predicted_text=[f"{'at most ' if k == 'bound' else ''}{v:,.4g}" for v, k in
+                        zip(table["predicted"], table["kind"])],
+        measured_text=[f"{v:,.4g} {u}" for v, u in zip(table["measured"], table["sample_unit"])],
         ratio_text=[f"{r:.2f}x" if pd.notna(r) else "" for r in table["ratio"]],
-        cost_text=[f"{'at least ' if k == 'bound' else ''}{c:.3g} {cur} per million {u.removesuffix('/s')}"
-                   if pd.notna(c) else "no sourced price" for c, k, cur, u in
-                   zip(table["cost_per_million"], table["kind"], table["currency"], table["throughput_unit"])])
-    show_table(shown, {"model": "model", "mode": "mode", "precision": "precision", "batch_size": "batch",
-                       "settings": "settings",
-                       "measured_on": "measured on", "measured_text": "measured", "gpu": "GPU (predicted)",
-                       "predicted_text": "predicted", "ratio_text": "x measured",
-                       "predicted_band": f"{COVERAGE * 100:.0f} % interval", "cost_text": "cost",
-                       "price_from": "price", "published_pair": "published pair of these GPUs",
-                       "binds": "binds", "efficiency": "efficiency carried over",
-                       "above_roofline": "above its own roofline", "disturbed": "disturbed"})
+        cost_text=[f"{'at least ' if k == 'bound' else ''}{c:.3g} {cur}" if pd.notna(c) else "no price"
+                   for c, k, cur in zip(table["cost_per_million"], table["kind"], table["currency"])])
+    more = [[t for t in (band, pair, f"price: {price}" if isinstance(price, str) else None,
+                         f"efficiency carried over {e:.0%}" if pd.notna(e) else None, above, disturbed)
+             if isinstance(t, str) and t]
+            for band, pair, price, e, above, disturbed in
+            zip(table["band_text"], table["published_pair"], table["price_from"], table["efficiency"],
+                table["above_roofline"], table["disturbed"])]
+    details = pd.DataFrame({"prediction": [f"{c} on {g} (from {s})" for c, g, s in
+                                           zip(table["configuration"], table["gpu"], table["source"])],
+                            "binds": table["binds"], "more": ["; ".join(m) for m in more]})
+    return shown, details
