@@ -29,6 +29,7 @@ from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
+from bench_core.results.keys import key_value, machine_use
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
 
@@ -48,7 +49,9 @@ def configurations(rows: list[dict]) -> list[dict]:
     """One entry per workload configuration and device: the median of its repeats."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(tuple(str(r.get(k)) for k in (*WORKLOAD, "device_name")), []).append(r)
+        # (the run settings as the report keys them, and a CPU's threads: 1 and 2 threads are two configurations)
+        groups.setdefault((*(str(key_value(r, k)) for k in WORKLOAD), str(r.get("device_name")), machine_use(r)),
+                          []).append(r)
     out = []
     for group in groups.values():
         first = group[0]

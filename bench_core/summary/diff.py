@@ -34,6 +34,7 @@ from bench_core.summary.diff_rows import (  # noqa: F401 - re-exported: bench di
     OTHER_SHAPES,
     TABLE_COLUMNS,
     compare_configuration,
+    say_kept_apart,
     emulated_note,
     failures_note,
     label,
@@ -212,9 +213,10 @@ def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect
     rows = pd.concat([old.rows.assign(side="old"), new.rows.assign(side="new")], ignore_index=True)
     rows = with_keys(rows)
     keys = KEY + (["device_name_key"] if several_models_per_kind(rows) else [])
-    records = [compare_configuration(group, fail_above, min_effect, by_model=len(keys) > len(KEY))
+    by_use = rows["use_key"].nunique() > 1  # labels say how the CPU was used where the rows differ in it
+    records = [compare_configuration(group, fail_above, min_effect, by_model=len(keys) > len(KEY), by_use=by_use)
                for _, group in rows.groupby(keys, dropna=False, sort=False)]
-    table = pd.DataFrame(records, columns=TABLE_COLUMNS)
+    table = say_kept_apart(pd.DataFrame(records, columns=TABLE_COLUMNS))
     if len(table):
         table = (table.assign(_disturbed=table["verdict"] == DISTURBED)
                  .sort_values(["regression", "_disturbed", "configuration"], ascending=[False, False, True],

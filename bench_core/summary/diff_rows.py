@@ -5,10 +5,13 @@ throughputs, their ratio, interval and verdict, its detectable slowdown) and the
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from bench_core.results.comparison import DISTURBED, compare_rows, geometric_mean, run_means
 from bench_core.results.disturbed import disturbances
+from bench_core.results.keys import RUN_SETTINGS, WORKLOAD, key_value, machine_use, set_fields
 from bench_core.summary.load import EMULATED_SUFFIX
 from bench_core.summary.text import int_text, is_present
 from bench_core.workload.family import SHAPE_FIELDS
@@ -17,8 +20,19 @@ NAN = float("nan")
 
 # Every other field that shapes an input (seq_len, rows_per_table, ...): configurations that differ in one differ.
 OTHER_SHAPES = [name for name in SHAPE_FIELDS if name not in ("width", "height", "depth")]
+# Every other field of the workload (results.keys.WORKLOAD: the parallelism, the run settings such as the
+# optimizer, a serving point's request shape and load), so that bench diff keys on what the report keys on.
+OTHER_FIELDS = [name for name in WORKLOAD if name not in ("model", "mode", "precision", "batch_size", "input_shape",
+                                                           "world_size", "compile", "channels_last", *SHAPE_FIELDS)]
+# How a CPU was used (results.keys.machine_use: '1 thread', a forced dispatch level): rows at 1 and 2 threads
+# are two configurations, never one measured twice.
 KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "depth_key",
-       *(f"{name}_key" for name in OTHER_SHAPES), "world_size_key", "compile", "channels_last", "device_kind"]
+       *(f"{name}_key" for name in OTHER_SHAPES), "world_size_key", "compile", "channels_last",
+       *(f"{name}_key" for name in OTHER_FIELDS), "use_key", "device_kind"]
+# The keys that say how a run was set up rather than what it ran: where OLD and NEW differ only in these, each
+# side's configuration is listed apart and the note says which setting kept them apart.
+SETTING_KEYS = {"use_key": "how the CPU was used (threads, dispatch level)",
+                **{f"{name}_key": name.replace("_", " ") for name in RUN_SETTINGS}}
 
 TABLE_COLUMNS = ["configuration", "side", "old_samples_per_s", "new_samples_per_s", "old_repeats", "new_repeats",
                  "ratio", "low", "high", "change", "unit", "detectable", "verdict", "regression", "flag", "reason",
@@ -35,6 +49,10 @@ def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
         rows[f"{name}_key"] = [int_text(v) if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
     for name in OTHER_SHAPES:  # exact: 2147483648 rows is not 2.15e+09
         rows[f"{name}_key"] = [f"{v:.12g}" if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
+    records = rows.to_dict("records")
+    for name in OTHER_FIELDS:
+        rows[f"{name}_key"] = [key_text(key_value(r, name)) for r in records]
+    rows["use_key"] = [machine_use(r) for r in records]
     asked = rows["device"].astype(str).str.split(":").str[0]
     kind = rows["device_type"].where(rows["device_type"].map(is_present), asked)
     for side, group in rows.groupby("side"):  # 'auto' in a failure row: the directory's one kind of device
@@ -47,17 +65,33 @@ def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def key_text(value) -> str:
+    """A key field as text: a number exactly ('1' for 1.0), text stripped, '' for nothing."""
+    if not is_present(value):
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value).strip()
+    return f"{number:.12g}" if math.isfinite(number) else str(value).strip()
+
+
 def several_models_per_kind(rows: pd.DataFrame) -> bool:
     named = rows[rows["device_name_key"] != ""]
     return bool((named.groupby(["side", "device_kind"])["device_name_key"].nunique() > 1).any())
 
 
-def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: float, by_model: bool) -> dict:
+def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: float, by_model: bool,
+                          by_use: bool = False) -> dict:
+    """One configuration's OLD and NEW rows compared (diff_results' table row). `by_model`: its label names the
+    device model (a directory holds several of one kind); `by_use`: how the CPU was used (the rows differ in it)."""
     old, new = group[group["side"] == "old"], group[group["side"] == "new"]
     old_ok, new_ok = old[old["status"] == "ok"], new[new["status"] == "ok"]
     first = (new_ok if len(new_ok) else old_ok if len(old_ok) else new if len(new) else old).iloc[0]
     side = "both" if len(old) and len(new) else "old only" if len(old) else "new only"
-    out = {"configuration": label(first, by_model), "side": side,
+    out = {"configuration": label(first, by_model, by_use), "side": side,
            "old_samples_per_s": undisturbed_mean(old_ok), "new_samples_per_s": undisturbed_mean(new_ok),
            "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
            "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "detectable": "", "verdict": "",
@@ -88,13 +122,46 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
     return {**out, **{k: first[k] for k in KEY}}
 
 
+KEPT_APART = "kept apart from"
+
+
+def setting_text(key: str, value) -> str:
+    """A setting's key value in words: an empty machine use is the whole CPU, any other empty one the default."""
+    if value:
+        return str(value)
+    return "all its cores" if key == "use_key" else "the default"
+
+
+def say_kept_apart(table: pd.DataFrame) -> pd.DataFrame:
+    """A configuration only in OLD whose twin only in NEW differs in how the run was set up alone (SETTING_KEYS:
+    the threads, the optimizer, ...): each says so in its reason, naming the setting and the other's value; a
+    different thread count is another measurement, not a regression, so the two are never compared."""
+    if table.empty:
+        return table
+    table = table.copy()
+    same = [k for k in KEY if k not in SETTING_KEYS]
+    alone = table[table["side"].isin(["old only", "new only"])]
+    for _, group in alone.groupby(same, dropna=False, sort=False):
+        if set(group["side"]) != {"old only", "new only"}:
+            continue
+        for index, row in group.iterrows():
+            twins = group[group["side"] != row["side"]]
+            here, there = ("OLD", "NEW") if row["side"] == "old only" else ("NEW", "OLD")
+            differ = "; ".join(f"{SETTING_KEYS[k]}: {setting_text(k, row[k])} in {here}, "
+                               f"{', '.join(setting_text(k, v) for v in dict.fromkeys(twins[k]))} in {there}"
+                               for k in SETTING_KEYS if (twins[k] != row[k]).any())
+            table.loc[index, "reason"] = (f"{row['reason']}; {KEPT_APART} {there}'s run of it: they differ in {differ}: "
+                                          "another measurement, not a regression; measure both alike")
+    return table
+
+
 def undisturbed_mean(ok: pd.DataFrame) -> float:
     """Geometric mean over runs of each run's geometric mean over its undisturbed repeats (NaN: none)."""
     clean = ok[ok["disturbed_by"] == ""]
     return geometric_mean(run_means(clean)) if len(clean) else NAN
 
 
-def label(row: pd.Series, by_model: bool) -> str:
+def label(row: pd.Series, by_model: bool, by_use: bool = False) -> str:
     parts = [str(row["model"]), str(row["mode"]), str(row["precision"]), f"bs{row['batch']}"]
     if is_present(row.get("input_shape")):
         parts.append(str(row["input_shape"]))
@@ -106,9 +173,12 @@ def label(row: pd.Series, by_model: bool) -> str:
         parts.append(f"compile={row['compile']}")
     if row["channels_last"]:
         parts.append("channels_last")
+    parts += set_fields({name: row.get(f"{name}_key") or None for name in OTHER_FIELDS}, OTHER_FIELDS)
     parts.append(row["device_kind"] or "?")
     if by_model and row["device_name_key"]:
         parts[-1] += f" ({row['device_name_key']})"
+    if by_use:
+        parts[-1] += f" ({row.get('use_key') or 'all its cores'})"
     return " ".join(parts)
 
 

@@ -20,6 +20,7 @@ from bench_core.summary.load import (
     LABELLED_WHEN_SET,
     PRECISION_ORDER,
     REQUEST_SHAPE,
+    RUN_SETTINGS,
     SERVING_LOAD,
     WORKLOAD,
     Results,
@@ -42,11 +43,12 @@ SHOWN_FIELDS = ("model", "mode", "precision", "batch_size", "load", "input_shape
                 *[f for f in WORKLOAD if f not in SERVING_LOAD and f not in ("model", "mode", "precision", "batch_size",
                                                                              "input_shape", "prompt_len", "new_tokens")])
 # Fields that are empty where they do not apply (a request's shape outside mode serve): no '?' for them.
-NOT_APPLICABLE_WHEN_EMPTY = ("load", *REQUEST_SHAPE)
+NOT_APPLICABLE_WHEN_EMPTY = ("load", *REQUEST_SHAPE, *RUN_SETTINGS)
 FIELD_HEADERS = {"batch_size": "batch", "input_shape": "input", "world_size": "devices", "compile": "compile",
                  "channels_last": "channels_last", "tp_degree": "tensor-parallel degree",
                  "activation_checkpointing": "activation checkpointing", "shared_prefix_len": "shared prefix tokens",
-                 "length_dist": "lengths", "load": "load"}
+                 "length_dist": "lengths", "load": "load", "cudnn_benchmark": "cudnn.benchmark",
+                 "nnodes": "nodes", "server_args": "server arguments"}
 TABLE_PAGE_ROWS = 25         # a longer table gets pages, a search box and a page-length menu
 # Text reads from the left, numbers line up on the right (JupyterLab's style puts every cell right).
 TABLE_CSS = (".dt-container table.dataTable th, .dt-container table.dataTable td {text-align: left} "
