@@ -43,8 +43,14 @@ samples. One run cannot measure how far a whole run shifts from the next, so wit
 the interval adds a stated shift ({shifts})
 and only large changes are called. The 'detectable slowdown' column is the smallest slowdown each
 comparison would call {POWER:.0%} of the time at its noise: 'no regression' means none above it.
+The last line answers "how many runs do I need to see a 3 % drop?": the runs a side that catch a 3,
+5 or 10 % slowdown at the run-to-run spread measured here (with 2+ runs a side; else the stated one)
+and the --fail-above they need (a threshold at or above a slowdown never calls it).
 Disturbed: repeats flagged other-processes-on-cpu, other-processes-on-device, throttle, clock-drop
-or unstable-repeats are left out; with too few left the verdict is 'disturbed: re-measure'.
+or unstable-repeats are left out, and the 'samples' column says what was used and what set aside
+('repeats, 1 run (of 3 a side: 2 set aside as disturbed)'); with too few left the verdict is
+'disturbed: re-measure'. Runs are separate processes that share no disturbance, so nothing
+measured under load is judged here (bench compare can: its A and B alternate).
 Configurations in only one directory are listed as added / removed, failed ones with their status.
 Above the table: the environment fields that differ (torch, CUDA, driver, git commit, host,
 CPU/GPU, threads ...). Reads DIR/results.csv and writes nothing unless asked (--html).

@@ -29,6 +29,7 @@ from bench_core.results.comparison import (
     POWER,
     RUN_SHIFT,
 )
+from bench_core.results.sample_size import runs_text
 from bench_core.summary.diff_rows import (  # noqa: F401 - re-exported: bench diff's pieces, public here as before
     KEY,
     OTHER_SHAPES,
@@ -95,17 +96,38 @@ class ResultsDiff:
     @property
     def within_one_run(self) -> int:
         """Configurations compared through the repeats of a single run on a side."""
-        return int((self.table["unit"].eq(ONE_RUN) & self.table["verdict"].ne(DISTURBED)).sum())
+        return int((self.table["unit"].str.startswith(ONE_RUN) & self.table["verdict"].ne(DISTURBED)).sum())
 
     def one_run_warning(self) -> str:
-        """Why a comparison of single runs can flag noise: its interval sees only the repeats of one process."""
+        """Why a comparison of single runs can flag noise: its interval sees only the repeats of one process; and
+        where runs were given but set aside as disturbed, that (re-measure), not that more runs are needed."""
         if not self.within_one_run:
             return ""
+        one = self.table[self.table["unit"].str.startswith(ONE_RUN) & self.table["verdict"].ne(DISTURBED)]
+        aside = int((one["runs_set_aside"] > 0).sum())
         shifts = ", ".join(f"{share:.0%} on {kind}" for kind, share in RUN_SHIFT.items())
-        return (f"{self.within_one_run} configuration(s) have one run on a side: one run cannot measure how far a "
+        text = (f"{self.within_one_run} configuration(s) have one run on a side: one run cannot measure how far a "
                 "whole run shifts from one process to the next, so their intervals add a stated shift "
-                f"({shifts}) and only large changes are called (the 'detectable slowdown' column); measure both "
-                "sides in runs (bench sweep params/ci-gate.yaml, or bench sweep FILE --runs 5) and diff compares runs")
+                f"({shifts}) and only large changes are called (the 'detectable slowdown' column)")
+        if aside == len(one):
+            return (text + f"; each had more runs, set aside as disturbed (the 'samples' column says how many): "
+                           "re-measure them on a quiet machine, and diff compares runs")
+        return (text + "; measure both sides in runs (bench sweep params/ci-gate.yaml, or bench sweep FILE --runs 5) "
+                       "and diff compares runs" + (f"; {aside} of them had runs set aside as disturbed: re-measure "
+                                                   "those on a quiet machine" if aside else ""))
+
+    def runs_line(self) -> str:
+        """How many runs a side catch a 3, 5 or 10 % slowdown at the run-to-run spread behind this comparison (the
+        largest of its judged configurations; measured where both sides had runs, else the stated shift)."""
+        judged = self.table[self.table["run_sd"].notna() & self.table["verdict"].ne(DISTURBED)]
+        if judged.empty:
+            return ""
+        worst = judged.loc[judged["run_sd"].idxmax()]
+        source = (f"measured between runs, {worst['configuration']}" if worst["run_sd_source"] == "measured" else
+                  "stated: one run a side cannot measure it; measure in runs and this says what yours is")
+        return (f"runs a side to catch a slowdown {POWER:.0%} of the time at a run-to-run spread of "
+                f"{worst['run_sd']:.1%} a run ({source}), with --fail-above {self.fail_above:.0%}: "
+                f"{runs_text(float(worst['run_sd']), self.fail_above)}")
 
     def method_line(self) -> str:
         return (f"old/new samples/s = geometric mean over runs of each run's geometric mean over its undisturbed ok "
@@ -146,6 +168,8 @@ class ResultsDiff:
         lines += [aligned(self.display()), self.summary_line(), "method: " + self.method_line()]
         if self.within_one_run:
             lines.append("caution: " + self.one_run_warning())
+        if self.runs_line():
+            lines.append(self.runs_line())
         return "\n".join(lines)
 
     def display(self, why: bool = False) -> pd.DataFrame:
@@ -176,6 +200,7 @@ td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</sty
 <h2>Method</h2>
 <p>{esc(self.method_line())}</p>
 {f'<p><em>{esc(self.one_run_warning())}</em></p>' if self.within_one_run else ''}
+{f'<p>{esc(self.runs_line())}</p>' if self.runs_line() else ''}
 <p>{esc(METHOD_TEXT)}</p>
 {''.join(f'<p><em>{esc(n)}</em></p>' for n in self.notes)}
 </body></html>
@@ -188,7 +213,7 @@ td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</sty
                 "environment_changes": self.environment.to_dict("records"),
                 "configurations": json.loads(self.table.drop(columns=[k for k in KEY if k.endswith("_key")])
                                              .to_json(orient="records")),
-                "notes": self.notes}
+                "runs_needed": self.runs_line(), "notes": self.notes}
 
 
 def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect: float = MIN_EFFECT) -> ResultsDiff:

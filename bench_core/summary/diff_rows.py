@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from bench_core.results.comparison import DISTURBED, compare_rows, geometric_mean, run_means
+from bench_core.results.comparison import DISTURBED, ONE_RUN, RUN_SHIFT, compare_rows, geometric_mean, run_means
 from bench_core.results.disturbed import disturbances
 from bench_core.results.keys import RUN_SETTINGS, WORKLOAD, key_value, machine_use, set_fields
 from bench_core.summary.load import EMULATED_SUFFIX
@@ -36,7 +36,7 @@ SETTING_KEYS = {"use_key": "how the CPU was used (threads, dispatch level)",
 
 TABLE_COLUMNS = ["configuration", "side", "old_samples_per_s", "new_samples_per_s", "old_repeats", "new_repeats",
                  "ratio", "low", "high", "change", "unit", "detectable", "verdict", "regression", "flag", "reason",
-                 "note"] + KEY
+                 "note", "runs_set_aside", "run_sd", "run_sd_source"] + KEY
 
 
 def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +95,7 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
            "old_samples_per_s": undisturbed_mean(old_ok), "new_samples_per_s": undisturbed_mean(new_ok),
            "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
            "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "detectable": "", "verdict": "",
-           "regression": False, "flag": "", "reason": "",
+           "regression": False, "flag": "", "reason": "", "runs_set_aside": 0, "run_sd": NAN, "run_sd_source": "",
            "note": "; ".join(failures_note(old, "old") + failures_note(new, "new")
                              + noise_note(old_ok, "old") + noise_note(new_ok, "new") + emulated_note(group))}
     if not len(old) or not len(new):
@@ -113,8 +113,10 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
         detectable = c.detectable(fail_above)
         out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
                    high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
-                   unit=found.unit, detectable="" if detectable is None else f"{detectable:.0%}",
-                   change="" if c.ratio is None else c.text().removesuffix(" " + c.verdict))
+                   unit=samples_text(found), detectable="" if detectable is None else f"{detectable:.0%}",
+                   change="" if c.ratio is None else c.text().removesuffix(" " + c.verdict),
+                   runs_set_aside=sum(g - u for g, u in zip(found.runs_given, found.runs_used)),
+                   **run_spread(found, group))
     if out["regression"]:
         out["flag"] = "REGRESSION"
     elif out["verdict"] == DISTURBED:
@@ -153,6 +155,32 @@ def say_kept_apart(table: pd.DataFrame) -> pd.DataFrame:
             table.loc[index, "reason"] = (f"{row['reason']}; {KEPT_APART} {there}'s run of it: they differ in {differ}: "
                                           "another measurement, not a regression; measure both alike")
     return table
+
+
+def samples_text(found) -> str:
+    """What the interval rests on, and what was set aside: 'runs, 5 vs 5', 'repeats, 1 run', or where whole runs
+    were left out as disturbed 'repeats, 1 run (of 3 a side: 2 set aside as disturbed)'."""
+    given, used = found.runs_given, found.runs_used
+    if given == used:
+        return found.unit
+    sides = f"of {given[0]} a side" if given[0] == given[1] else f"of {given[0]} old and {given[1]} new"
+    aside = [g - u for g, u in zip(given, used)]
+    count = f"{aside[0]}" if aside[0] == aside[1] else f"{aside[0]} old and {aside[1]} new"
+    return f"{found.unit} ({sides}: {count} set aside as disturbed)"
+
+
+def run_spread(found, group: pd.DataFrame) -> dict:
+    """The run-to-run standard deviation of log throughput behind the comparison, a fraction: measured where
+    both sides have 2 or more runs (from the interval's, both sides taken to spread alike), else the stated
+    shift of the device (results.comparison.RUN_SHIFT), which one run a side cannot measure."""
+    c, used = found.comparison, found.runs_used
+    if c.se is not None and min(used) >= 2 and found.unit.startswith("runs"):
+        return {"run_sd": c.se / math.sqrt(1 / used[0] + 1 / used[1]), "run_sd_source": "measured"}
+    if found.unit.startswith(ONE_RUN):
+        kinds = {str(k) for k in group.get("device_type", pd.Series(dtype=object)) if is_present(k)}
+        return {"run_sd": max((RUN_SHIFT.get(k, max(RUN_SHIFT.values())) for k in kinds),
+                              default=max(RUN_SHIFT.values())), "run_sd_source": "stated"}
+    return {}
 
 
 def undisturbed_mean(ok: pd.DataFrame) -> float:
