@@ -118,7 +118,8 @@ def machine_kind(row: dict) -> str:
 
 def machine_use(row: dict) -> str:
     """How much of a CPU a CPU row used, where it was not all of it, the default way: '1 thread' when its
-    torch threads (times its processes on the node) are not the host's CPU count, and the dispatch level
+    torch threads (per process: a scaling run of 1 and 2 processes at 1 thread each, as the README says to
+    compare them, is one machine) are not the host's CPU count, and the dispatch level
     forced by ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA ('ATEN_CPU_CAPABILITY=avx2'); '' otherwise, and for
     GPU rows (their steps run on the device: the host's threads launch them). Two runs of one CPU at 1 and 2
     threads measure two things: they are two machines as used, never repeats of one configuration. Keyed
@@ -131,9 +132,8 @@ def machine_use(row: dict) -> str:
     # (a row that failed before its threads were set: those asked for, else the process's default)
     threads = _whole(row.get("threads")) or _whole(row.get("num_threads")) or _whole(row.get("torch_threads"))
     cpus = _whole(row.get("cpu_count"))
-    per_node = _whole(row.get("nproc_per_node")) or 1
-    if threads and cpus and threads * per_node != cpus:
-        parts.append(f"{threads} thread{'' if threads == 1 else 's'}" + (" per process" if per_node > 1 else ""))
+    if threads and cpus and threads != cpus:  # per process: 1 and 2 processes at 1 thread each are one machine
+        parts.append(f"{threads} thread{'' if threads == 1 else 's'}")
     dispatch = row.get("cpu_dispatch_env")
     if present(dispatch):
         parts.append(" ".join(str(dispatch).split()))
