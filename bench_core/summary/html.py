@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
-import io
 import re
 import sys
 import warnings
@@ -16,6 +15,14 @@ import pandas as pd
 from itables import init_notebook_mode, to_html_datatable
 
 from bench_core.results.rows import error_message
+from bench_core.summary.figures import (  # noqa: F401 - re-exported: charts are shown from here as before
+    DISPLAY_DPI,
+    PIXEL_RATIO,
+    PNG_COMPRESS_LEVEL,
+    png_bytes,
+    show_figure,
+    tight_boxes,
+)
 from bench_core.summary.load import (
     LABELLED_WHEN_SET,
     PRECISION_ORDER,
@@ -28,9 +35,6 @@ from bench_core.summary.load import (
 )
 from bench_core.summary.text import applies, int_text, is_present, num_text
 
-DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
-PIXEL_RATIO = 2              # charts are rendered at 2x for sharp text on high-dpi screens
-PNG_COMPRESS_LEVEL = 3       # zlib level of a chart's PNG (see png_bytes)
 NUMBER_CELL = "text-align:right;white-space:nowrap"
 TEXT_CELL = "text-align:left"
 DEFAULT_TITLE = "Benchmark report"
@@ -182,70 +186,6 @@ def _cells(column: pd.Series) -> np.ndarray | list:
         return numbers.where(numbers.notna(), -np.inf).to_numpy()
     return [cell_text(v, isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)))
             for v in values]
-
-
-def show_figure(fig, alt: str) -> None:
-    """Show a chart as a PNG at 2x (sharp text on high-dpi screens) and as an SVG, with `alt` as its text.
-
-    The report embeds the PNG (report.py prefers it); JupyterLab shows the SVG, or the PNG in a
-    notebook that is not trusted (an image output always shows; HTML may be sanitized)."""
-    import base64
-
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-    svg = io.StringIO()
-    png_box, svg_box = tight_boxes(fig, DISPLAY_DPI * PIXEL_RATIO)
-    png = png_bytes(fig, png_box, DISPLAY_DPI * PIXEL_RATIO)
-    fig.savefig(svg, format="svg", bbox_inches=svg_box, facecolor="white")
-    plt.close(fig)
-    width_px = int.from_bytes(png[16:20], "big") // PIXEL_RATIO  # the PNG IHDR chunk holds the width
-    display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": svg.getvalue(), "text/plain": alt},
-            metadata={"image/png": {"width": width_px}}, raw=True)
-
-
-def png_bytes(fig, box, dpi: float) -> bytes:
-    """The area `box` of `fig` at `dpi` as an RGB PNG: savefig's pixels, without the alpha channel of its
-    RGBA PNG, which says nothing on a white face (every pixel is opaque). Encoding took a third of the
-    CPU of saving a chart; without that channel, at zlib level 3 (PNG_COMPRESS_LEVEL), it takes about
-    half as much, and the PNG is no larger than matplotlib's at level 6."""
-    from matplotlib.transforms import Affine2D, Bbox, TransformedBbox
-    from PIL import Image
-    raw = io.BytesIO()
-    fig.savefig(raw, format="rgba", dpi=dpi, bbox_inches=box, facecolor="white")
-    # The size that savefig draws: the box scaled to pixels as its print does it (matplotlib's adjust_bbox).
-    width, height = (int(v) for v in TransformedBbox(Bbox.from_bounds(0, 0, *box.size), Affine2D().scale(dpi)).size)
-    png = io.BytesIO()
-    if len(raw.getbuffer()) == width * height * 4:
-        image = Image.frombuffer("RGBA", (width, height), raw.getbuffer(), "raw", "RGBA", 0, 1).convert("RGB")
-        image.save(png, format="png", dpi=(dpi, dpi), compress_level=PNG_COMPRESS_LEVEL)
-    else:  # not the size expected: matplotlib's own PNG
-        fig.savefig(png, format="png", dpi=dpi, bbox_inches=box, facecolor="white")
-    return png.getvalue()
-
-
-def tight_boxes(fig, png_dpi: float) -> tuple:
-    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG.
-
-    savefig measures its box anew for each file, after a draw that renders nothing (to place what is
-    placed at draw time), and makes that draw whenever the figure has a layout engine, even with a box
-    given: tight_layout leaves a placeholder one. Each box here is measured with its own format's text
-    metrics (an SVG box from the PNG's would be up to 3 pt off), without that draw: get_tightbbox places
-    ticks, titles, axis labels and legends itself (the same boxes to the last digit on every chart of
-    the report tests). Saved with its box and no engine, each file is drawn once."""
-    import matplotlib
-    from matplotlib.backends.backend_svg import RendererSVG
-    pad = matplotlib.rcParams["savefig.pad_inches"]
-    shown_dpi = fig.dpi
-    try:
-        fig.dpi = png_dpi
-        png_box = fig.get_tightbbox().padded(pad)
-        fig.dpi = 72  # an SVG is drawn in points
-        width, height = fig.get_size_inches() * 72
-        svg_box = fig.get_tightbbox(RendererSVG(width, height, io.StringIO())).padded(pad)
-    finally:
-        fig.dpi = shown_dpi
-    fig.set_layout_engine(None)
-    return png_box, svg_box
 
 
 def section(func):
