@@ -4,10 +4,17 @@
 from __future__ import annotations
 
 import io
+import re
 
 DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
 PIXEL_RATIO = 2              # charts are rendered at 2x for sharp text on high-dpi screens
 PNG_COMPRESS_LEVEL = 3       # zlib level of a chart's PNG (see png_bytes)
+# JupyterLab shows a chart's SVG (a trusted notebook prefers it to the PNG) at the size the SVG states, not
+# shrunk to its output area (its style confines a PNG, not an SVG drawn as an image): an 11-inch chart is
+# 1,056 px there, past a 968 px output area. So the SVG states at most this width (its drawing scaled to it,
+# viewBox kept): the output area of a notebook in a 1,280 px window with JupyterLab's file browser open
+# (tests/test_lab.py's OUTPUT_AREA_PX). The report shows the PNG, max-width 100 % of its page.
+SVG_MAX_PX = 800
 
 
 def show_figure(fig, alt: str) -> None:
@@ -25,8 +32,24 @@ def show_figure(fig, alt: str) -> None:
     fig.savefig(svg, format="svg", bbox_inches=svg_box, facecolor="white")
     plt.close(fig)
     width_px = int.from_bytes(png[16:20], "big") // PIXEL_RATIO  # the PNG IHDR chunk holds the width
-    display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": svg.getvalue(), "text/plain": alt},
+    display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": fit_svg(svg.getvalue()),
+             "text/plain": alt},
             metadata={"image/png": {"width": width_px}}, raw=True)
+
+
+def fit_svg(svg: str, max_px: float = SVG_MAX_PX) -> str:
+    """An SVG whose stated size (width and height in pt, as matplotlib writes them) is at most `max_px` CSS
+    pixels wide, its drawing scaled with it (the viewBox stays): JupyterLab draws it at that size."""
+    head = re.search(r'<svg\b[^>]*?\swidth="([\d.]+)pt"\s+height="([\d.]+)pt"', svg)
+    if not head:
+        return svg
+    width_px, height_px = float(head.group(1)) * 4 / 3, float(head.group(2)) * 4 / 3
+    if width_px <= max_px:
+        return svg
+    scale = max_px / width_px
+    sized = head.group(0).replace(f'width="{head.group(1)}pt"', f'width="{max_px:.2f}px"', 1).replace(
+        f'height="{head.group(2)}pt"', f'height="{height_px * scale:.2f}px"', 1)
+    return svg[:head.start()] + sized + svg[head.end():]
 
 
 def png_bytes(fig, box, dpi: float) -> bytes:

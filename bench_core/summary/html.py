@@ -58,6 +58,14 @@ TABLE_PAGE_ROWS = 25         # a longer table gets pages, a search box and a pag
 TABLE_CSS = (".dt-container table.dataTable th, .dt-container table.dataTable td {text-align: left} "
              ".dt-container table.dataTable th.dt-type-numeric {text-align: right} "
              ".dt-container table.dataTable td.dt-type-numeric {text-align: right; white-space: nowrap}")
+# A table wider than this (its narrowest layout: every word whole, every number on one line) cannot fit the
+# report's page (1,200 px less its margins) nor a JupyterLab output area: DataTables then scrolls it in a box
+# of at most WIDE_TABLE_HEIGHT, its header kept, so that the sideways scroll bar is on screen with the rows it
+# moves (at the table's foot, past the screen, the table read as cut on the right). A table read at a glance
+# (every_row: every row on the page) is left whole.
+PAGE_PX = 1100
+WIDE_TABLE_HEIGHT = "70vh"
+CHAR_PX, CELL_PAD_PX = 7.2, 22  # DataTables' compact cells: 13 px sans-serif, 4 + 17 px of padding
 
 
 def esc(value) -> str:
@@ -164,11 +172,28 @@ def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None, n
     pages = [[TABLE_PAGE_ROWS, 100, -1], [TABLE_PAGE_ROWS, 100, "all"]]
     paging = {"paging": False, "layout": {"topStart": None, "topEnd": None, "bottomStart": None}} if every_row \
         else {"lengthMenu": pages, "pageLength": TABLE_PAGE_ROWS}
+    if not every_row and narrowest_px(shown, number_text) > PAGE_PX:  # its scroll bar on screen, header kept
+        paging.update(scrollX=True, scrollY=WIDE_TABLE_HEIGHT, scrollCollapse=True)
     with pd.option_context("display.float_format", number_text):
         return to_html_datatable(shown, connected=False, allow_html=False, showIndex=False, maxBytes=0,
                                  classes="display compact", style="width:auto;margin:0", **paging,
                                  display_logo_when_loading=False, css=TABLE_CSS,
                                  text_in_header_can_be_selected=False)  # a click anywhere on a header sorts
+
+
+def narrowest_px(shown: pd.DataFrame, number_text=num_text) -> float:
+    """About how wide a table is at its narrowest, in CSS pixels: per column its longest word (of the header
+    and the text cells) or its longest number (never broken), at DataTables' compact font and padding."""
+    def longest(values, numeric: bool) -> int:
+        texts = [number_text(v) if numeric else str(v) for v in values]
+        return max((len(t) if numeric else max((len(w) for w in t.split()), default=0) for t in texts), default=0)
+    total = 0.0
+    for name in shown.columns:
+        column = shown[name]
+        numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+        finite = column[np.isfinite(column)] if numeric else column
+        total += max(longest([name], False), longest(finite, numeric)) * CHAR_PX + CELL_PAD_PX
+    return total
 
 
 def _cells(column: pd.Series) -> np.ndarray | list:
