@@ -97,7 +97,8 @@ class Comparison:
                          f"{'' if first['compile_s'] is None else format(first['compile_s'], '.1f'):>10s}  "
                          f"{outputs or 'the reference (fp32 eager NCHW): not checked'}")
         if self.order:
-            rounds = "without a disturbing flag but other processes" if self.under_load else "without a disturbing flag"
+            rounds = ("undisturbed or disturbed by other processes alone (judged under load)" if self.under_load
+                      else "without a disturbing flag")
             lines.append(f"samples/s and step ms: geometric means over the {len(judged)} of {len(self.order)} rounds "
                          f"{rounds}, the rounds the verdict rests on" if judged else
                          "samples/s and step ms: none, every round carries a disturbing flag")
