@@ -15,7 +15,8 @@ from bench_core.results.config_summary import summary_lines
 from bench_core.results.keys import WORKLOAD, machine_label
 from bench_core.summary.diff_rows import KEY, with_keys
 from bench_core.summary.load import load_results, typed_rows
-from bench_core.summary.tables import headline_table
+from bench_core.summary.front import machine_text
+from bench_core.summary.tables import headline_table, machines_table
 from conftest import bench_here
 
 RUN = ["--model", "resnet18", "--width", "32", "--height", "32", "--batch-size", "2", "--steps", "2",
@@ -42,10 +43,13 @@ def read_back(rows: list[dict]) -> pd.DataFrame:
 
 
 def test_two_thread_counts_are_two_lines_of_the_headline_never_one_median(two_folders):
-    table = headline_table(load_results(list(two_folders)))
+    res = load_results(list(two_folders))
+    table = headline_table(res)
     assert len(table) == 2, table[["machine", "throughput", "repeats"]]
     assert list(table["repeats"]) == [2, 2]  # each line its own 2 repeats, never the 4 pooled
     assert any(" thread" in m for m in table["machine"]), list(table["machine"])  # the one not using the whole CPU
+    said = [machine_text(m) for m in machines_table(res).to_dict("records")]  # the report's list of machines
+    assert sum("used at " in text and "never pooled" in text for text in said) >= 1, said
 
 
 def test_summary_csv_keeps_two_thread_counts_apart_and_says_how_the_cpu_was_used(two_folders):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core.results.disturbed import disturbances
+from bench_core.results.keys import machine_use
 from bench_core.summary.effects import compare_variants, verdict_summary
 from bench_core.summary.html import sort_table
 from bench_core.summary.load import (
@@ -358,7 +359,7 @@ def machines_table(res: Results) -> pd.DataFrame:
         out.append({"machine": machine, "gpu": first("gpu_name"), "gpus": first("gpu_count"),
                     "cpu": first("cpu_model"), "cpus": first("cpu_count"),
                     "world_sizes": sorted(set(rows["world_size"].dropna())), "rows": len(rows),
-                    "ok": int((rows["status"] == "ok").sum())})
+                    "ok": int((rows["status"] == "ok").sum()), "use": machine_use(rows.iloc[0].to_dict())})
     return pd.DataFrame(out)
 
 
