@@ -86,8 +86,11 @@ $(BIN)/jupyter-lab: $(BIN)/bench
 	$(BIN)/pip install --quiet $(PIP_ARGS) -e '.[lab]'
 	touch $(BIN)/jupyter-lab
 
+# Saving a shipped notebook keeps it as committed (outputs go to outputs/lab/executed/): bench_core/sweep/lab_save.py.
+LAB_SAVE := --ContentsManager.pre_save_hook=bench_core.sweep.lab_save.keep_shipped_clean
+
 lab: $(BIN)/jupyter-lab
-	$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS) notebooks/
+	$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_SAVE) $(LAB_ARGS) notebooks/
 
 clean:
 	rm -rf $(VENV) outputs/*/ *.egg-info

@@ -57,6 +57,7 @@ def shape(lines: list[str]) -> list[list[str]]:
     for line in lines:
         if re.search(r": warm-up(: first step| step \d+ done)", line):  # a warm-up of 20 s or more, step by step
             continue
+        line = re.sub(r"\[(\w+), DISTURBED: [^\]]*\]", r"[\1]", line)  # a repeat's progress line
         line = re.sub(r"\s*DISTURBED: .*$|\s*\d+ of \d+ disturbed$|\s*disturbed by$|, \d+ disturbed \(.*$", "", line)
         line = re.sub(r"^(\S+ \S+ \S+ batch \d+ x\d+ on ).*$", r"\1DEVICE", line)
         line = re.sub(r"\S*/\S*", "PATH", line)

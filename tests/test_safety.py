@@ -170,7 +170,7 @@ def test_a_sweep_that_fills_the_disk_says_what_is_safe_and_resumes(mount_tmpfs, 
 def test_sigterm_keeps_the_finished_repeats_of_a_run(tmp_path):
     out = tmp_path / "out"
     with started("run", *TINY, "--repeats", "5", "--min-seconds", "1", "--out", str(out)) as proc:
-        wait_for_line(proc, "images/s [ok]", count=2)
+        wait_for_line(proc, "images/s [ok", count=2)  # [ok] or, on a busy machine, [ok, DISTURBED: ...]
         stdout, stderr = terminate(proc)
     assert proc.returncode == 143, stderr[-2000:]
     assert stderr.strip().splitlines()[-1].startswith("bench run: interrupted (SIGTERM); ")

@@ -33,8 +33,12 @@ and a verdict: faster / slower (the CI excludes 1 and the change is at least --m
 clear difference (the same verdicts as bench diff). The variant table's samples/s are the geometric
 means over the same rounds, so their ratio is the verdict's B/A.
 Disturbed: rounds where either row is flagged other-processes-on-cpu, other-processes-on-device,
-throttle, clock-drop or unstable-repeats are left out; with too few left the verdict is
-'disturbed: re-measure' (exit 3, as bench diff), never a speed verdict.
+throttle, clock-drop or unstable-repeats are left out. Under load: where too few are left and the
+rest were disturbed by other processes alone (a neighbour's job on a shared machine or CI runner),
+A and B shared that load round by round, and it cancels in B/A: with 4 or more such rounds whose
+B/A does not move with the load (its level, or how unevenly it fell on A and B), the verdict is
+given and says MEASURED UNDER LOAD (exit 0). Where B/A moves with the load, or the device
+throttled, the verdict is 'disturbed: re-measure' (exit 3, as bench diff), never a speed verdict.
 Wrong results: each variant other than fp32 eager NCHW is checked once, as it is built, against
 fp32 eager NCHW on the same weights and inputs (cosine similarity and relative error of the forward
 outputs, within its precision's tolerance: docs/reference.md); outside it the verdict is 'wrong

@@ -12,6 +12,7 @@ from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.files import atomic_write_text, check_writable
 from bench_core.results.comparison import MIN_EFFECT, POWER, RUN_SHIFT
 from bench_core.summary.diff import FAIL_ABOVE, diff_results
+from bench_core.summary.diff_rows import KEPT_APART
 
 
 def fraction(text: str) -> float:
@@ -30,7 +31,9 @@ def fraction(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     shifts = ", ".join(f"{share:.0%} on {kind}" for kind, share in RUN_SHIFT.items())
     p.epilog = f"""Compares OLD and NEW configuration by configuration (same model, mode, precision, batch size,
-input, processes, compile and channels_last on the same kind of device): samples/s of each (the
+input, processes, compile, channels_last, parallelism, optimizer, cudnn.benchmark, nodes, a serving
+point's requests and load, on the same kind of device, a CPU used alike: the same threads and
+dispatch level; runs that differ in one of these are listed apart, never compared): samples/s of each (the
 geometric mean over runs of each run's undisturbed repeats), new/old as a ratio of geometric means
 with a 95% t-interval (Welch, on log throughput), and a verdict: faster / slower (the interval
 excludes 1 and the change is at least --min-effect) or no clear difference; too few repeats (under
@@ -40,8 +43,14 @@ samples. One run cannot measure how far a whole run shifts from the next, so wit
 the interval adds a stated shift ({shifts})
 and only large changes are called. The 'detectable slowdown' column is the smallest slowdown each
 comparison would call {POWER:.0%} of the time at its noise: 'no regression' means none above it.
+The last line answers "how many runs do I need to see a 3 % drop?": the runs a side that catch a 3,
+5 or 10 % slowdown at the run-to-run spread measured here (with 2+ runs a side; else the stated one)
+and the --fail-above they need (a threshold at or above a slowdown never calls it).
 Disturbed: repeats flagged other-processes-on-cpu, other-processes-on-device, throttle, clock-drop
-or unstable-repeats are left out; with too few left the verdict is 'disturbed: re-measure'.
+or unstable-repeats are left out, and the 'samples' column says what was used and what set aside
+('repeats, 1 run (of 3 a side: 2 set aside as disturbed)'); with too few left the verdict is
+'disturbed: re-measure'. Runs are separate processes that share no disturbance, so nothing
+measured under load is judged here (bench compare can: its A and B alternate).
 Configurations in only one directory are listed as added / removed, failed ones with their status.
 Above the table: the environment fields that differ (torch, CUDA, driver, git commit, host,
 CPU/GPU, threads ...). Reads DIR/results.csv and writes nothing unless asked (--html).
@@ -73,8 +82,10 @@ def main(args: argparse.Namespace) -> int:
         check_writable(html_path.parent, "html")
     result = diff_results(args.old_dir, args.new_dir, fail_above=args.fail_above, min_effect=args.min_effect)
     if result.compared == 0:
+        apart = [r.split("run of it: ", 1)[1] for r in result.table["reason"] if f"; {KEPT_APART} " in r]
+        why = f": {apart[0]}" if apart else ""
         raise ConfigError("result_dirs", f"no configuration is in both {args.old_dir} ({count(result, 'old only')}) "
-                                         f"and {args.new_dir} ({count(result, 'new only')}): nothing to compare")
+                                         f"and {args.new_dir} ({count(result, 'new only')}): nothing to compare{why}")
     for line in result.notes:
         print(f"bench diff: note: {line}", file=sys.stderr)
     unsure = int(result.table["verdict"].isin(["too few repeats", "no data"]).sum())

@@ -45,6 +45,9 @@ examples:
   bench sweep params/default.yaml --force           # measure everything again
   bench sweep params/default.yaml --dry-run         # what would run, and about how long
   bench sweep params/cpu-quick.yaml --runs 3        # 3 separate runs of each configuration (for bench diff)
+The estimate is for an idle machine: a sweep (and --dry-run) says when other processes are busy on
+the CPU before it starts, and its last line gives the estimate again where it took more than twice
+as long or its repeats were disturbed.
 exit status: 0 every configuration ok (or unsupported), 1 a configuration failed, 2 bad input,
 130 interrupted."""
     p.add_argument("file", metavar="FILE", help="sweep file (params/*.yaml)")

@@ -27,13 +27,37 @@ def load_yaml_mapping(path, what: str = "file") -> dict:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(what, f"{path} is not valid YAML{where}: {problem}") from None
+        raise ConfigError(what, f"{path} is not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(what, f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
     return data
+
+
+# Errors PyYAML notices only later than the line to fix: an opener never closed (a bracket, a brace, a quote)
+# or a key without its ':' is noticed where the parser runs out of hope, often the next line or the end of the
+# file. For these the line to fix is where the context began (PyYAML's context_mark): (context, how its
+# problem begins) -> what is wrong there.
+OPENED = {("while parsing a flow sequence", "expected ','"): "the '[' here is never closed",
+          ("while parsing a flow mapping", "expected ','"): "the '{' here is never closed",
+          ("while scanning a quoted scalar", "found unexpected end of stream"): "the quote here is never closed",
+          ("while scanning a simple key", "could not find expected ':'"): "this key has no ':' after it"}
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """' at line 3, column 7: the '[' here is never closed: expected ',' or ']', but got the end of the file
+    (at line 4)': where a person fixes a YAML error, and what PyYAML found. The line is the opener's where the
+    error is one never closed (OPENED), else where PyYAML noticed it."""
+    mark, start = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+    context = getattr(exc, "context", None) or ""
+    problem = (getattr(exc, "problem", None) or "invalid YAML").replace("'<stream end>'", "the end of the file") \
+        .replace("end of stream", "end of the file")
+    opened = next((text for (where, begins), text in OPENED.items()
+                   if context == where and str(getattr(exc, "problem", "")).startswith(begins)), None)
+    if opened and start is not None:
+        noticed = "" if mark is None else (f" (column {mark.column + 1})" if mark.line == start.line
+                                           else f" (at line {mark.line + 1})")
+        return f" at line {start.line + 1}, column {start.column + 1}: {opened}: {problem}{noticed}"
+    return (f" at line {mark.line + 1}, column {mark.column + 1}" if mark else "") + f": {problem}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -8,6 +8,7 @@ What cannot be read stays empty and `telemetry_note` says why; nothing here fail
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -160,6 +161,34 @@ def _host_busy_s() -> float:
     t = psutil.cpu_times()
     total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest is in user
     return total - t.idle - getattr(t, "iowait", 0.0)
+
+
+class BusyNow:
+    """Other processes' load on the host CPU, in cores, over a stretch of this process's own work: made at its
+    start, then `cores(min_s)` (which waits out a stretch shorter than min_s first). What `bench sweep` says
+    before it starts: its estimate is for an idle machine, and a machine busy now makes the sweep slower and
+    its repeats disturbed."""
+
+    def __init__(self):
+        self._process = psutil.Process()
+        self._start = (time.perf_counter(), _tree_cpu_s(self._process), _host_busy_s())
+
+    def cores(self, min_s: float = 0.3) -> float:
+        """Other processes' busy cores since the start, the stretch made at least min_s long."""
+        wall0, own0, host0 = self._start
+        time.sleep(max(0.0, min_s - (time.perf_counter() - wall0)))
+        wall, own, host = time.perf_counter() - wall0, _tree_cpu_s(self._process) - own0, _host_busy_s() - host0
+        return max(0.0, (host - own) / wall) if wall > 0 else 0.0
+
+
+def busy_text(cores: float) -> str:
+    """'' on a quiet machine (other processes under FOREIGN_CPU_CORES); else the line saying that the machine is
+    busy and what it does to a sweep's estimate and rows."""
+    if cores <= FOREIGN_CPU_CORES:
+        return ""
+    return (f"this machine is busy: other processes are using {cores:.1f} of its {os.cpu_count()} cores now; the "
+            "estimate is for an idle machine, so the sweep will take longer, and repeats measured beside them "
+            "are marked disturbed (re-measure on a quiet machine)")
 
 
 def _foreign_cpu_flag(others_s: float, wall_s: float) -> str | None:

@@ -31,7 +31,7 @@ from bench_core.predict.published import COVERAGE, QUANTILES, error_table, pair_
 from bench_core.predict.specs import Spec, math_class, spec_for_device
 from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
-from bench_core.results.keys import machine_label
+from bench_core.results.keys import key_value, machine_label
 from bench_core.results.rows import WORKLOAD
 from bench_core.results.store import iter_rows
 
@@ -53,7 +53,8 @@ def configurations(rows: list[dict]) -> list[dict]:
     Two machines are never pooled: their rows are not repeats of each other."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((*(str(r.get(k)) for k in WORKLOAD), machine_label(r)), []).append(r)
+        # (the run settings as the report keys them; the machine as used: 1 and 2 CPU threads are two machines)
+        groups.setdefault((*(str(key_value(r, k)) for k in WORKLOAD), machine_label(r)), []).append(r)
     out = []
     for group in groups.values():
         first = group[0]

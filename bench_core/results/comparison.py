@@ -284,6 +284,8 @@ class RowsComparison:
     candidate_mean: float
     left_out: tuple[int, int] = (0, 0)
     disturbed_by: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    runs_given: tuple[int, int] = (0, 0)   # runs on each side before the disturbed repeats were left out
+    runs_used: tuple[int, int] = (0, 0)    # runs on each side with an undisturbed repeat: those judged
 
 
 def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str = "samples_per_s",
@@ -301,6 +303,7 @@ def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str 
       (`separate_runs`; None: unless both have the same run ids), the interval adds the stated
       RUN_SHIFT of their `device` type, which one run a side cannot measure."""
     kept, left_out, flags = [], [], []
+    given = tuple(len(run_means(rows, value, run)) for rows in (baseline, candidate))
     for rows in (baseline, candidate):
         names = (rows[disturbed].map(flag_names) if disturbed in rows
                  else pd.Series([()] * len(rows), index=rows.index, dtype=object))
@@ -335,7 +338,7 @@ def compare_rows(baseline: pd.DataFrame, candidate: pd.DataFrame, *, value: str 
         compared = dataclasses.replace(compared, reason=join(compared.reason, *dropped))
     return RowsComparison(compared, unit, geometric_mean(runs[0]) if runs[0] else geometric_mean(base[value]),
                           geometric_mean(runs[1]) if runs[1] else geometric_mean(cand[value]),
-                          (left_out[0], left_out[1]), (flags[0], flags[1]))
+                          (left_out[0], left_out[1]), (flags[0], flags[1]), given, (len(runs[0]), len(runs[1])))
 
 
 def flag_names(value) -> tuple[str, ...]:

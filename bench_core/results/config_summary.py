@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from bench_core.results.disturbed import disturbed_rows
-from bench_core.results.keys import WORKLOAD, load_text, machine_label
+from bench_core.results.keys import WORKLOAD, key_value, load_text, machine_label
 from bench_core.results.rows import environment_columns, schema
 from bench_core.workload.user_code import model_identity
 
@@ -29,8 +29,9 @@ _MEANING = dict(schema())
 # (column, description), in file order. Numbers are over the ok repeats; empty when none ran.
 SUMMARY_COLUMNS = [
     ("machine", "the machine, '<device> · <host>', and on a GPU '· GPU-<first 8 of its UUID>': one GPU instance "
-                "(as the report names it; two GPUs of one kind behind one host name are two machines): its line in "
-                "machines.csv"),
+                "(as the report names it; two GPUs of one kind behind one host name are two machines); a CPU used "
+                "otherwise than whole says how, '<CPU> (1 thread) · <host>' (rows at 1 and 2 threads are two lines, "
+                "never repeats of one): its line in machines.csv"),
     *[(name, _MEANING[name].removeprefix("config: ")) for name in WORKLOAD],
     ("load", "mode serve: the point's load in words (users, requests/s, a trace, turns), from the columns before; "
              "a serving point has a load where other modes have a batch size (its batch_size is left empty)"),
@@ -81,8 +82,8 @@ def summary_texts(rows: list[dict]) -> dict[str, str]:
 
 def configuration_key(row: dict) -> tuple:
     """The machine and the workload (rows.WORKLOAD): rows with the same key are repeats of one configuration."""
-    return (machine_label(row), *(_text(model_identity(row.get(name)) if name == "model" else row.get(name))
-                                  for name in WORKLOAD))
+    return (machine_label(row), *(_text(model_identity(key_value(row, name)) if name == "model" else
+                                        key_value(row, name)) for name in WORKLOAD))
 
 
 def summary_lines(rows: list[dict]) -> list[dict]:
@@ -108,7 +109,7 @@ def _summary_line(group: list[dict]) -> dict:
     for row in group:
         (ok if row.get("status") == "ok" and _measured(row) else failed).append(row)
     load = load_text(first)
-    line = {"machine": machine_label(first), **{name: first.get(name) for name in WORKLOAD}, "load": load or None,
+    line = {"machine": machine_label(first), **{name: key_value(first, name) for name in WORKLOAD}, "load": load or None,
             "model": model_identity(first.get("model")),  # one model across edits of its file (user_code)
             "precision_support": _joined(group, "precision_support"), "threads": _joined(ok or group, "threads"),
             "status": "ok" if not failed else ("partial" if ok else _failure_status(failed[-1])),

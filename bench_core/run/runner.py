@@ -18,6 +18,7 @@ from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
 from bench_core.errors import ConfigError, from_outside, interrupted_by, when_stuck
 from bench_core.measure import efficiency, environment, flops, noise, telemetry
+from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
 from bench_core.run.step import make_step
@@ -295,9 +296,12 @@ class Session:
         row.update(efficiency.derive(row, cfg))
         row = finish_row(row)
         self.rows.append(row)  # before the line that says so: a signal after it cannot lose the row
-        # Numbered as the rows and the table number them (from 0), with the count beside it.
+        # Numbered as the rows and the table number them (from 0), with the count beside it; a figure measured
+        # beside other processes (or a throttled device) says so on its own line, in a terminal and a notebook alike.
+        flags = disturbances(row.get("noise_flags"))
+        mark = f"[{row['status']}, DISTURBED: {flags}]" if flags else f"[{row['status']}]"
         self.progress(f"{cfg.model} {cfg.mode} {cfg.precision} bs={cfg.batch_size}: repeat {repeat} "
-                      f"({repeat + 1} of {cfg.repeats}) {row['throughput']:.1f} {row['throughput_unit']} [{row['status']}]")
+                      f"({repeat + 1} of {cfg.repeats}) {row['throughput']:.1f} {row['throughput_unit']} {mark}")
         return row
 
     def _loss(self, last: list | None = None) -> float:

@@ -11,7 +11,8 @@ from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.results.bound import comparison_note
 from bench_core.results.disturbed import disturbances
-from bench_core.results.comparison import CONFIDENCE, DISTURBED, compare_paired, geometric_mean
+from bench_core.results.comparison import CONFIDENCE, DISTURBED, geometric_mean
+from bench_core.results.under_load import LOAD_FLAGS, compare_rounds, load_cores
 from bench_core.results.fidelity import WRONG_RESULTS, deviation_text, is_wrong
 from bench_core.run import busy
 from bench_core.run.runner import Progress, Session
@@ -32,6 +33,8 @@ class Comparison:
     samples_per_s_a: list[float] = field(default_factory=list)
     samples_per_s_b: list[float] = field(default_factory=list)
     disturbed: list[str] = field(default_factory=list)       # per round: its rows' disturbing flags ('' none)
+    load_cores: list[list[float]] = field(default_factory=list)  # per round: other processes' cores in A's, B's window
+    under_load: str = ""                # the verdict was measured beside other processes (results.under_load), said so
     mean_a: float | None = None         # geometric mean samples/s over the judged (undisturbed) rounds
     mean_b: float | None = None
     ratio: float | None = None          # B / A throughput: mean_b / mean_a (= the geometric mean of round ratios)
@@ -58,7 +61,11 @@ class Comparison:
 
     @property
     def judged(self) -> list[int]:
-        """The rounds the verdict rests on: those without a disturbing flag."""
+        """The rounds the verdict rests on: those without a disturbing flag, or, measured under load, those
+        disturbed by other processes alone too."""
+        if self.under_load:
+            return [i for i, flags in enumerate(self.disturbed)
+                    if not flags or all(f.strip() in LOAD_FLAGS for f in flags.split(","))]
         return [i for i, flags in enumerate(self.disturbed) if not flags]
 
     def to_dict(self) -> dict:
@@ -90,16 +97,19 @@ class Comparison:
                          f"{'' if first['compile_s'] is None else format(first['compile_s'], '.1f'):>10s}  "
                          f"{outputs or 'the reference (fp32 eager NCHW): not checked'}")
         if self.order:
+            rounds = ("undisturbed or disturbed by other processes alone (judged under load)" if self.under_load
+                      else "without a disturbing flag")
             lines.append(f"samples/s and step ms: geometric means over the {len(judged)} of {len(self.order)} rounds "
-                         "without a disturbing flag, the rounds the verdict rests on" if judged else
+                         f"{rounds}, the rounds the verdict rests on" if judged else
                          "samples/s and step ms: none, every round carries a disturbing flag")
         if self.samples_per_s_a:
             lines.append(f"{'round':>5s} {'order':>5s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}  "
                          f"disturbed by")
             for i, (order, a, b) in enumerate(zip(self.order, self.samples_per_s_a, self.samples_per_s_b)):
                 flags = self.disturbed[i] if i < len(self.disturbed) else ""
+                kept = "judged under load" if i in judged else "left out"
                 lines.append(f"{i + 1:5d} {order:>5s} {a:12.4g} {b:12.4g} {b / a:7.3f}  "
-                             f"{f'{flags}: left out' if flags else '-'}".rstrip())
+                             f"{f'{flags}: {kept}' if flags else '-'}".rstrip())
         lines += [f"{name}: {rows[0]['precision_note']}" for name, rows in (("A", self.rows_a), ("B", self.rows_b))
                   if rows and rows[0].get("precision_note")]  # an eager fp8 variant says why it is slow
         mixed = mixed_settings(self.config_a, self.config_b)
@@ -107,8 +117,10 @@ class Comparison:
             lines.append(mixed)
         emulated = self.emulated()
         if self.verdict and self.ci_low is not None:
+            loaded = ", MEASURED UNDER LOAD" if self.under_load else ""
             lines.append(f"B/A throughput = {self.ratio:.3f} ({CONFIDENCE:.0%} CI {self.ci_low:.3f} to "
-                         f"{self.ci_high:.3f}, {len(judged)} rounds): {self.verdict.upper()} - {self.reason}{emulated}")
+                         f"{self.ci_high:.3f}, {len(judged)} rounds{loaded}): {self.verdict.upper()} - {self.reason}"
+                         f"{emulated}")
         elif self.verdict:
             lines.append(f"B/A throughput: {self.verdict.upper()} - {self.reason}{emulated}")
         else:
@@ -215,6 +227,7 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
             flags = ", ".join(dict.fromkeys(f for r in (result.rows_a[-1], result.rows_b[-1])
                                             for f in disturbances(r.get("noise_flags")).split(", ") if f))
             result.disturbed.append(flags)
+            result.load_cores.append([load_cores(r.get("noise_flags")) for r in (result.rows_a[-1], result.rows_b[-1])])
             result.samples_per_s_a.append(a)
             result.samples_per_s_b.append(b)
             say(f"compare: round {round_index + 1}/{rounds} ({order}): A {a:.4g}, B {b:.4g} samples/s, B/A {b / a:.3f}"
@@ -231,22 +244,31 @@ def compare(cfg_a: BenchConfig, cfg_b: BenchConfig, rounds: int = 8, tolerance: 
 
 def judge(result: Comparison) -> None:
     """In place: the verdict, and the means the variant table shows, from one computation: the
-    judged rounds' geometric means, whose ratio is the verdict's B/A."""
-    judged = result.judged
-    result.mean_a = geometric_mean([result.samples_per_s_a[i] for i in judged]) if judged else None
-    result.mean_b = geometric_mean([result.samples_per_s_b[i] for i in judged]) if judged else None
+    judged rounds' geometric means, whose ratio is the verdict's B/A. Rounds disturbed by other processes alone
+    are judged where B/A does not move with the load (results.under_load), and the verdict says so."""
     wrong = [f"{name} ({label}): {text.removeprefix('WRONG RESULTS: ')}" for name, label, rows, text in
              (("A", result.label_a, result.rows_a, result.outputs_a), ("B", result.label_b, result.rows_b, result.outputs_b))
              if rows and is_wrong(rows[0])]
     if wrong:  # no speed verdict: a variant that computes something else is not faster
         result.verdict, result.reason = WRONG_RESULTS, "; ".join(wrong)
+        result.under_load = ""
+        means(result)
         return
-    estimate = compare_paired(result.samples_per_s_a, result.samples_per_s_b, disturbed=result.disturbed,
-                              min_effect=result.tolerance)
+    loads = result.load_cores if len(result.load_cores) == len(result.disturbed) else None
+    estimate, result.under_load = compare_rounds(result.samples_per_s_a, result.samples_per_s_b, result.disturbed,
+                                                 loads, min_effect=result.tolerance)
+    means(result)
     result.ratio, result.ci_low, result.ci_high = estimate.ratio, estimate.low, estimate.high
     # Host-bound rounds are judged (a re-measure gives the same), and the verdict says what it compared.
     hosts = comparison_note([(f"A ({result.label_a})", result.rows_a), (f"B ({result.label_b})", result.rows_b)])
     result.verdict, result.reason = estimate.verdict, "; ".join(r for r in (estimate.reason, hosts) if r)
+
+
+def means(result: Comparison) -> None:
+    """In place: the variant table's geometric means over the rounds the verdict rests on."""
+    judged = result.judged
+    result.mean_a = geometric_mean([result.samples_per_s_a[i] for i in judged]) if judged else None
+    result.mean_b = geometric_mean([result.samples_per_s_b[i] for i in judged]) if judged else None
 
 
 def own_memory(row: dict, other_held: int | None, one_device: bool) -> None:

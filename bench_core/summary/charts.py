@@ -1,7 +1,8 @@
 """Charts that read at a glance: each category a horizontal row with its label whole (never rotated,
 never cut), one panel per group holding only its own rows (no empty slots), an axis that shows a
 difference only as large as it is (a log axis spans at least MIN_LOG_SPAN, a bar axis starts at
-zero), one tick format (num_text: 300, 1,000, 11,600), a width that fits a 1,400 px page.
+zero), one tick format (num_text: 300, 1,000, 11,600), a width that fits a 1,400 px page (its PNG, in the
+report) and a JupyterLab output area (its SVG, sized by figures.fit_svg).
 """
 from __future__ import annotations
 

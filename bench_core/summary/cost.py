@@ -20,7 +20,7 @@ import pandas as pd
 from bench_core.predict.prices import cost_per_million, parse_prices, prices_with
 from bench_core.predict.published import COVERAGE
 from bench_core.predict.specs import spec_for_device
-from bench_core.summary.charts import FIG_WIDTH_IN, log_axis
+from bench_core.summary.charts import FIG_WIDTH_IN, MARK_COLOUR, log_axis
 from bench_core.summary.html import (
     absent,
     note,
@@ -32,6 +32,7 @@ from bench_core.summary.html import (
 )
 from bench_core.summary.load import WORKLOAD, Results, unit_items
 from bench_core.summary.predicted import predicted_table
+from bench_core.summary.tables import DISTURBED_MARK, DISTURBED_WHY, disturbed_marks, flag_disturbed
 from bench_core.summary.text import currency_text, num_text, with_currency
 
 NEAR_FASTEST = 0.10   # "within 10 % of the fastest"
@@ -65,8 +66,8 @@ def cost_points(res: Results, prices=None) -> pd.DataFrame:
     ok = ok[(ok["cost_per_million"] > 0) & (ok["throughput"] > 0)]
     if ok.empty:
         return pd.DataFrame()
-    points = ok.groupby(GROUP + OPTION, dropna=False, sort=False).agg(
-        repeats=("throughput", "count"), throughput=("throughput", "median"),
+    points = flag_disturbed(ok).groupby(GROUP + OPTION, dropna=False, sort=False).agg(
+        repeats=("throughput", "count"), disturbed=("_disturbed", "sum"), throughput=("throughput", "median"),
         q25=("throughput", lambda s: s.quantile(0.25)), q75=("throughput", lambda s: s.quantile(0.75)),
         cost_per_million=("cost_per_million", "median"), throughput_unit=("throughput_unit", "first"),
         price_per_hour=("price_per_hour", "median"), currency=("currency", "first"),
@@ -199,6 +200,9 @@ def show_cost_frontier(res: Results, predict_gpus=None, prices=None) -> None:
         pick = group[group["pick"]].iloc[0]
         ax.scatter([pick["cost_per_million"]], [pick["throughput"]], s=220, facecolors="none",
                    edgecolors="crimson", linewidths=1.6, zorder=3)
+        for point in group[group["disturbed"] > 0].to_dict("records"):  # a figure resting on disturbed repeats
+            ax.annotate(DISTURBED_MARK, (point["cost_per_million"], point["throughput"]), xytext=(6, 4),
+                        textcoords="offset points", color=MARK_COLOUR, fontsize=11, fontweight="bold")
         draw_predicted(ax, guess)
         both = pd.concat([group, guess], ignore_index=True)
         unit = group["throughput_unit"].iloc[0]
@@ -269,10 +273,18 @@ def draw_predicted(ax, guess: pd.DataFrame) -> None:
 
 def show_cost_table(points: pd.DataFrame) -> None:
     points = points.assign(measured=["predicted" if p is True else "measured" for p in points["predicted"]])
+    none = pd.Series(0, index=points.index)  # a predicted point has no repeats
+    flagged = points.get("disturbed", none).fillna(0)
+    points = points.assign(disturbed=flagged, repeats=points.get("repeats", none).fillna(0))
+    points = points.assign(disturbed_text=disturbed_marks(points))
     show_table(points, {"model": "model", "mode": "mode", "machine": "machine", "measured": "measured or predicted",
                         "precision": "precision", "batch_size": "batch / device", "load": "load",
                         "world_size": "devices", "throughput": "throughput",
                         "throughput_unit": "unit", "price_per_hour": with_currency("price / device-hour", points),
                         "price_from": "price from",
                         "cost_per_million": with_currency("cost / million items (of the unit)", points),
-                        "pareto": "on the frontier", "pick": "pick"})
+                        "pareto": "on the frontier", "pick": "pick",
+                        **({"disturbed_text": "disturbed repeats"} if (flagged > 0).any() else {})})
+    if (flagged > 0).any():
+        note(f"{DISTURBED_MARK} n of m: n of the point's m repeats were flagged as disturbed ({DISTURBED_WHY}): its "
+             "median includes them; re-measure on a quiet machine.")

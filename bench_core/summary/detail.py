@@ -32,10 +32,13 @@ from bench_core.summary.reference import (
     reference_scaling,
 )
 from bench_core.summary.tables import (
+    DISTURBED_MARK,
+    DISTURBED_WHY,
     disturbed_marks,
     efficiency_table,
     environment_table,
     failures_table,
+    marked,
     method_settings,
     noise_table,
     scaling_table,
@@ -54,6 +57,8 @@ def show_step_times(res: Results) -> None:
         return
     several = steps["machine"].nunique() > 1
     steps = steps.assign(who=steps["config"] + (" · " + steps["machine"] if several else ""))
+    hit = steps.groupby("who")["disturbed"].transform("any")
+    steps = steps.assign(who=[marked(w, d) for w, d in zip(steps["who"], hit)])
     order = sorted(steps["who"].unique())
     fig, ax = plt.subplots(figsize=(9.5, 1.2 + 0.38 * len(order)))
     sns.boxplot(data=steps, y="who", x="step_ms", order=order, whis=(0, 100), showfliers=False, color="#cfe0f3",
@@ -63,7 +68,11 @@ def show_step_times(res: Results) -> None:
     log_axis(ax.xaxis, steps["step_ms"], min_span=3)
     ax.set(xlabel="step time, ms (log scale)", ylabel="",
            title="Every timed step of every repeat (box: quartiles, whiskers: min–max)")
-    show_figure(fig, "Distribution of step times per configuration")
+    show_figure(fig, "Distribution of step times per configuration" + (f"; {DISTURBED_MARK} marks configurations "
+                                                                     "with repeats flagged as disturbed" if hit.any() else ""))
+    if hit.any():
+        note(f"{DISTURBED_MARK}: some of the configuration's repeats were flagged as disturbed ({DISTURBED_WHY}): "
+             "their steps are drawn with the others; re-measure on a quiet machine.")
 
 
 @section
@@ -77,6 +86,9 @@ def show_scaling(res: Results) -> None:
              "(params/scaling.yaml, or bench run --nproc-per-node N) fills this section.")
     else:
         table = table.assign(curve=label_columns(table, always=("precision",), never=("world_size",)))
+        hit = table.groupby("curve")["disturbed"].transform("sum") > 0
+        table = table.assign(curve=[marked(c, d) for c, d in zip(table["curve"], hit)],
+                             disturbed_text=disturbed_marks(table))
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         top = float(table["world_size"].max())
         ax.plot([1, top], [1, top], color="grey", linestyle="--", label="ideal (speed-up = devices)")
@@ -96,7 +108,8 @@ def show_scaling(res: Results) -> None:
                            "batch_size": "batch / device", "input_shape": "input", "world_size": "devices",
                            "nodes": "nodes", "samples_per_s": "samples/s", "samples_per_s_per_device":
                            "samples/s per device", "text": "speed-up vs 1 device [95% CI], verdict",
-                           "efficiency_text": "scaling efficiency [95% CI]", "repeats": "repeats"}))
+                           "efficiency_text": "scaling efficiency [95% CI]", "repeats": "repeats",
+                           **({"disturbed_text": "disturbed repeats"} if hit.any() else {})}))
         paragraph("Speed-up is the ratio of geometric-mean throughputs over the repeats on N devices and on 1 device, "
                   "with its 95 % interval (see Method); scaling efficiency is speed-up / N, its interval the same "
                   "interval divided by N.")
@@ -202,10 +215,13 @@ def show_references(res: Results) -> None:
     ref = load_reference()
     columns = columns_for(res, {"machine": "machine", "config": "configuration", "precision": "precision",
                                 "ours": "ours (median)", "ours_iqr": "ours (IQR)", "repeats": "repeats",
+                                "disturbed": "disturbed repeats (left out)",
                                 "published": "published", "published_std": "± (published)", "unit": "unit",
                                 "comparison": "ours vs published [95% CI]", "source": "source",
                                 "gpu": "published GPU", "published_precision": "published precision",
                                 "published_batch_size": "published batch", "note": "note"})
+    if not len(matched) or not (matched["disturbed"] > 0).any():
+        columns.pop("disturbed", None)  # a column of zeros says nothing
     outside = matched[~matched["own"]] if len(matched) else matched
     if len(outside):
         paragraph("Our repeats beside each published figure for the same GPU, model, mode, precision, input size "

@@ -20,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 
 from bench_core.errors import ConfigError
-from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import (
     CONFIDENCE,
     DISTURBED,
@@ -29,22 +28,29 @@ from bench_core.results.comparison import (
     ONE_RUN,
     POWER,
     RUN_SHIFT,
-    compare_rows,
-    geometric_mean,
-    run_means,
+)
+from bench_core.results.sample_size import runs_text
+from bench_core.summary.diff_rows import (  # noqa: F401 - re-exported: bench diff's pieces, public here as before
+    KEY,
+    OTHER_SHAPES,
+    TABLE_COLUMNS,
+    compare_configuration,
+    say_kept_apart,
+    emulated_note,
+    failures_note,
+    label,
+    noise_note,
+    repeats_text,
+    several_models_per_kind,
+    status_text,
+    undisturbed_mean,
+    with_keys,
 )
 from bench_core.summary.html import esc, table_html
-from bench_core.summary.load import EMULATED_SUFFIX, Results, load_results
+from bench_core.summary.load import Results, load_results
 from bench_core.summary.text import int_text, is_present, num_text
-from bench_core.workload.family import SHAPE_FIELDS
 
-NAN = float("nan")
 FAIL_ABOVE = 0.05  # a configuration slower by more than 5 %, with confidence, is a regression
-
-# Every other field that shapes an input (seq_len, rows_per_table, ...): configurations that differ in one differ.
-OTHER_SHAPES = [name for name in SHAPE_FIELDS if name not in ("width", "height", "depth")]
-KEY = ["model", "mode", "precision_key", "batch", "width_key", "height_key", "depth_key",
-       *(f"{name}_key" for name in OTHER_SHAPES), "world_size_key", "compile", "channels_last", "device_kind"]
 
 # Environment columns whose change can explain a change of speed; only those that differ are shown.
 ENVIRONMENT_CHANGES = [
@@ -90,17 +96,38 @@ class ResultsDiff:
     @property
     def within_one_run(self) -> int:
         """Configurations compared through the repeats of a single run on a side."""
-        return int((self.table["unit"].eq(ONE_RUN) & self.table["verdict"].ne(DISTURBED)).sum())
+        return int((self.table["unit"].str.startswith(ONE_RUN) & self.table["verdict"].ne(DISTURBED)).sum())
 
     def one_run_warning(self) -> str:
-        """Why a comparison of single runs can flag noise: its interval sees only the repeats of one process."""
+        """Why a comparison of single runs can flag noise: its interval sees only the repeats of one process; and
+        where runs were given but set aside as disturbed, that (re-measure), not that more runs are needed."""
         if not self.within_one_run:
             return ""
+        one = self.table[self.table["unit"].str.startswith(ONE_RUN) & self.table["verdict"].ne(DISTURBED)]
+        aside = int((one["runs_set_aside"] > 0).sum())
         shifts = ", ".join(f"{share:.0%} on {kind}" for kind, share in RUN_SHIFT.items())
-        return (f"{self.within_one_run} configuration(s) have one run on a side: one run cannot measure how far a "
+        text = (f"{self.within_one_run} configuration(s) have one run on a side: one run cannot measure how far a "
                 "whole run shifts from one process to the next, so their intervals add a stated shift "
-                f"({shifts}) and only large changes are called (the 'detectable slowdown' column); measure both "
-                "sides in runs (bench sweep params/ci-gate.yaml, or bench sweep FILE --runs 5) and diff compares runs")
+                f"({shifts}) and only large changes are called (the 'detectable slowdown' column)")
+        if aside == len(one):
+            return (text + f"; each had more runs, set aside as disturbed (the 'samples' column says how many): "
+                           "re-measure them on a quiet machine, and diff compares runs")
+        return (text + "; measure both sides in runs (bench sweep params/ci-gate.yaml, or bench sweep FILE --runs 5) "
+                       "and diff compares runs" + (f"; {aside} of them had runs set aside as disturbed: re-measure "
+                                                   "those on a quiet machine" if aside else ""))
+
+    def runs_line(self) -> str:
+        """How many runs a side catch a 3, 5 or 10 % slowdown at the run-to-run spread behind this comparison (the
+        largest of its judged configurations; measured where both sides had runs, else the stated shift)."""
+        judged = self.table[self.table["run_sd"].notna() & self.table["verdict"].ne(DISTURBED)]
+        if judged.empty:
+            return ""
+        worst = judged.loc[judged["run_sd"].idxmax()]
+        source = (f"measured between runs, {worst['configuration']}" if worst["run_sd_source"] == "measured" else
+                  "stated: one run a side cannot measure it; measure in runs and this says what yours is")
+        return (f"runs a side to catch a slowdown {POWER:.0%} of the time at a run-to-run spread of "
+                f"{worst['run_sd']:.1%} a run ({source}), with --fail-above {self.fail_above:.0%}: "
+                f"{runs_text(float(worst['run_sd']), self.fail_above)}")
 
     def method_line(self) -> str:
         return (f"old/new samples/s = geometric mean over runs of each run's geometric mean over its undisturbed ok "
@@ -141,6 +168,8 @@ class ResultsDiff:
         lines += [aligned(self.display()), self.summary_line(), "method: " + self.method_line()]
         if self.within_one_run:
             lines.append("caution: " + self.one_run_warning())
+        if self.runs_line():
+            lines.append(self.runs_line())
         return "\n".join(lines)
 
     def display(self, why: bool = False) -> pd.DataFrame:
@@ -171,6 +200,7 @@ td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</sty
 <h2>Method</h2>
 <p>{esc(self.method_line())}</p>
 {f'<p><em>{esc(self.one_run_warning())}</em></p>' if self.within_one_run else ''}
+{f'<p>{esc(self.runs_line())}</p>' if self.runs_line() else ''}
 <p>{esc(METHOD_TEXT)}</p>
 {''.join(f'<p><em>{esc(n)}</em></p>' for n in self.notes)}
 </body></html>
@@ -183,7 +213,7 @@ td,th{{border-bottom:1px solid #ddd;padding:3px 8px}} .bad{{color:#b00020}}</sty
                 "environment_changes": self.environment.to_dict("records"),
                 "configurations": json.loads(self.table.drop(columns=[k for k in KEY if k.endswith("_key")])
                                              .to_json(orient="records")),
-                "notes": self.notes}
+                "runs_needed": self.runs_line(), "notes": self.notes}
 
 
 def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect: float = MIN_EFFECT) -> ResultsDiff:
@@ -208,9 +238,10 @@ def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect
     rows = pd.concat([old.rows.assign(side="old"), new.rows.assign(side="new")], ignore_index=True)
     rows = with_keys(rows)
     keys = KEY + (["device_name_key"] if several_models_per_kind(rows) else [])
-    records = [compare_configuration(group, fail_above, min_effect, by_model=len(keys) > len(KEY))
+    by_use = rows["use_key"].nunique() > 1  # labels say how the CPU was used where the rows differ in it
+    records = [compare_configuration(group, fail_above, min_effect, by_model=len(keys) > len(KEY), by_use=by_use)
                for _, group in rows.groupby(keys, dropna=False, sort=False)]
-    table = pd.DataFrame(records, columns=TABLE_COLUMNS)
+    table = say_kept_apart(pd.DataFrame(records, columns=TABLE_COLUMNS))
     if len(table):
         table = (table.assign(_disturbed=table["verdict"] == DISTURBED)
                  .sort_values(["regression", "_disturbed", "configuration"], ascending=[False, False, True],
@@ -233,149 +264,6 @@ def read_results(result_dir: Path, name: str) -> Results:
     if found.rows.empty:
         raise ConfigError(name, f"{str(result_dir)!r} has no result rows: {' '.join(found.notes)}")
     return found
-
-
-TABLE_COLUMNS = ["configuration", "side", "old_samples_per_s", "new_samples_per_s", "old_repeats", "new_repeats",
-                 "ratio", "low", "high", "change", "unit", "detectable", "verdict", "regression", "flag", "reason",
-                 "note"] + KEY
-
-
-def with_keys(rows: pd.DataFrame) -> pd.DataFrame:
-    """The key columns of each row, from the configuration as asked for (present in failure rows
-    too, which may lack the measured input_shape)."""
-    rows = rows.copy()
-    rows["precision_key"] = rows["precision"].astype(str).str.replace(EMULATED_SUFFIX, "", regex=False)
-    rows["batch"] = [("max" if searched else int_text(b)) for searched, b in zip(rows["batch_searched"], rows["batch_size"])]
-    for name in (*SHAPE_FIELDS, "world_size"):
-        rows[f"{name}_key"] = [int_text(v) if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
-    for name in OTHER_SHAPES:  # exact: 2147483648 rows is not 2.15e+09
-        rows[f"{name}_key"] = [f"{v:.12g}" if is_present(v) else "" for v in pd.to_numeric(rows[name], errors="coerce")]
-    asked = rows["device"].astype(str).str.split(":").str[0]
-    kind = rows["device_type"].where(rows["device_type"].map(is_present), asked)
-    for side, group in rows.groupby("side"):  # 'auto' in a failure row: the directory's one kind of device
-        known = set(group["device_type"].dropna()) - {""}
-        if len(known) == 1:
-            kind[(rows["side"] == side) & (kind == "auto")] = known.pop()
-    rows["device_kind"] = kind.fillna("")
-    rows["device_name_key"] = rows["device_name"].where(rows["device_name"].map(is_present), "")
-    rows["disturbed_by"] = rows["noise_flags"].map(disturbances)
-    return rows
-
-
-def several_models_per_kind(rows: pd.DataFrame) -> bool:
-    named = rows[rows["device_name_key"] != ""]
-    return bool((named.groupby(["side", "device_kind"])["device_name_key"].nunique() > 1).any())
-
-
-def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: float, by_model: bool) -> dict:
-    old, new = group[group["side"] == "old"], group[group["side"] == "new"]
-    old_ok, new_ok = old[old["status"] == "ok"], new[new["status"] == "ok"]
-    first = (new_ok if len(new_ok) else old_ok if len(old_ok) else new if len(new) else old).iloc[0]
-    side = "both" if len(old) and len(new) else "old only" if len(old) else "new only"
-    out = {"configuration": label(first, by_model), "side": side,
-           "old_samples_per_s": undisturbed_mean(old_ok), "new_samples_per_s": undisturbed_mean(new_ok),
-           "old_repeats": repeats_text(old), "new_repeats": repeats_text(new),
-           "ratio": NAN, "low": NAN, "high": NAN, "change": "", "unit": "", "detectable": "", "verdict": "",
-           "regression": False, "flag": "", "reason": "",
-           "note": "; ".join(failures_note(old, "old") + failures_note(new, "new")
-                             + noise_note(old_ok, "old") + noise_note(new_ok, "new") + emulated_note(group))}
-    if not len(old) or not len(new):
-        out.update(verdict="added" if len(new) else "removed",
-                   reason=f"only in {'NEW' if len(new) else 'OLD'} ({out['new_repeats' if len(new) else 'old_repeats']})")
-    elif not len(new_ok):
-        out.update(verdict="fails in both" if not len(old_ok) else "fails now", regression=bool(len(old_ok)),
-                   reason=f"new: {status_text(new)}" + (f"; old: {status_text(old)}" if not len(old_ok) else ""))
-    elif not len(old_ok):
-        out.update(verdict="runs now", reason=f"old: {status_text(old)}")
-    else:  # OLD and NEW are separate runs by construction, even where a copied directory kept its run ids
-        found = compare_rows(old_ok, new_ok, separate_runs=True, min_effect=min_effect)
-        c = found.comparison
-        regressed = c.regressed(fail_above)
-        detectable = c.detectable(fail_above)
-        out.update(ratio=NAN if c.ratio is None else c.ratio, low=NAN if c.low is None else c.low,
-                   high=NAN if c.high is None else c.high, verdict=c.verdict, reason=c.reason, regression=regressed,
-                   unit=found.unit, detectable="" if detectable is None else f"{detectable:.0%}",
-                   change="" if c.ratio is None else c.text().removesuffix(" " + c.verdict))
-    if out["regression"]:
-        out["flag"] = "REGRESSION"
-    elif out["verdict"] == DISTURBED:
-        out["flag"] = "DISTURBED"
-    return {**out, **{k: first[k] for k in KEY}}
-
-
-def undisturbed_mean(ok: pd.DataFrame) -> float:
-    """Geometric mean over runs of each run's geometric mean over its undisturbed repeats (NaN: none)."""
-    clean = ok[ok["disturbed_by"] == ""]
-    return geometric_mean(run_means(clean)) if len(clean) else NAN
-
-
-def label(row: pd.Series, by_model: bool) -> str:
-    parts = [str(row["model"]), str(row["mode"]), str(row["precision"]), f"bs{row['batch']}"]
-    if is_present(row.get("input_shape")):
-        parts.append(str(row["input_shape"]))
-    elif row["width_key"]:
-        parts.append("x".join(v for v in (row["depth_key"], row["height_key"], row["width_key"]) if v))
-    if row["world_size_key"] not in ("", "1"):
-        parts.append(f"x{row['world_size_key']} devices")
-    if row["compile"] not in ("off", "", None):
-        parts.append(f"compile={row['compile']}")
-    if row["channels_last"]:
-        parts.append("channels_last")
-    parts.append(row["device_kind"] or "?")
-    if by_model and row["device_name_key"]:
-        parts[-1] += f" ({row['device_name_key']})"
-    return " ".join(parts)
-
-
-def repeats_text(rows: pd.DataFrame) -> str:
-    return f"{int((rows['status'] == 'ok').sum())}/{len(rows)} ok" if len(rows) else ""
-
-
-def status_text(rows: pd.DataFrame) -> str:
-    """'oom: CUDA out of memory ...' for the first failed row, with how many failed."""
-    failed = rows[rows["status"] != "ok"]
-    if failed.empty:
-        return "ok"
-    first = failed.iloc[0]
-    message = str(first["message"]) if is_present(first["message"]) else "no message"
-    return f"{first['status']}: {message[:120]} ({len(failed)} of {len(rows)} rows)"
-
-
-def failures_note(rows: pd.DataFrame, side: str) -> list[str]:
-    failed = rows[rows["status"] != "ok"]
-    if failed.empty:
-        return []
-    statuses = ", ".join(sorted(set(failed["status"])))
-    return [f"{side}: {len(failed)}/{len(rows)} {statuses}"]
-
-
-def emulated_note(group: pd.DataFrame) -> list[str]:
-    """'emulated on this CPU: not what a GPU would show' where a side ran the precision in emulation
-    (the precision's label says which): a verdict on it describes the emulation, and stands as a
-    regression gate of this CPU only."""
-    if "precision_support" not in group or not (group["precision_support"] == "emulated").any():
-        return []
-    first = group[group["precision_support"] == "emulated"].iloc[0]
-    where = "this CPU" if first.get("device_type") == "cpu" else "this device"
-    return [f"emulated on {where}: not what a GPU would show"]
-
-
-def noise_note(ok: pd.DataFrame, side: str) -> list[str]:
-    """'old: 5/15 repeats disturbed, left out (other-processes-on-cpu)' and 'new: 2/15 repeats noise-flagged
-    (noisy-window)': disturbed measurements and merely imprecise ones, named."""
-    names = ok["noise_flags"].map(lambda v: [f.split("(")[0].strip() for f in str(v).split(";") if f.strip()]
-                                  if is_present(v) else [])
-    disturbed = ok["disturbed_by"] != ""
-    out = []
-    if disturbed.any():
-        kinds = ", ".join(sorted({k.strip() for found in ok.loc[disturbed, "disturbed_by"] for k in found.split(",")}))
-        out.append(f"{side}: {int(disturbed.sum())}/{len(ok)} repeats disturbed, left out ({kinds})")
-    other = names[~disturbed]
-    flagged = other[other.map(bool)]
-    if len(flagged):
-        kinds = ", ".join(sorted({kind for found in flagged for kind in found}))
-        out.append(f"{side}: {len(flagged)}/{len(ok)} repeats noise-flagged ({kinds})")
-    return out
 
 
 def environment_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:

@@ -74,6 +74,8 @@ def machine_text(machine: dict) -> str:
         counts = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} and {sizes[-1]}"
         parts.append(f"runs on {counts} device{'' if sizes == ['1'] else 's'}")
     parts.append(f"{machine['rows']} row{'' if machine['rows'] == 1 else 's'} ({machine['ok']} ok)")
+    if is_present(machine.get("use")):  # (results.keys.machine_use)
+        parts.append(f"used at {machine['use']}: its rows are never pooled with this CPU's used otherwise")
     return "; ".join(parts)
 
 

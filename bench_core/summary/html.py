@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
-import io
 import re
 import sys
 import warnings
@@ -16,10 +15,19 @@ import pandas as pd
 from itables import init_notebook_mode, to_html_datatable
 
 from bench_core.results.rows import error_message
+from bench_core.summary.figures import (  # noqa: F401 - re-exported: charts are shown from here as before
+    DISPLAY_DPI,
+    PIXEL_RATIO,
+    PNG_COMPRESS_LEVEL,
+    png_bytes,
+    show_figure,
+    tight_boxes,
+)
 from bench_core.summary.load import (
     LABELLED_WHEN_SET,
     PRECISION_ORDER,
     REQUEST_SHAPE,
+    RUN_SETTINGS,
     SERVING_LOAD,
     WORKLOAD,
     Results,
@@ -27,9 +35,6 @@ from bench_core.summary.load import (
 )
 from bench_core.summary.text import applies, int_text, is_present, num_text
 
-DISPLAY_DPI = 90             # CSS pixels per inch of a chart as shown
-PIXEL_RATIO = 2              # charts are rendered at 2x for sharp text on high-dpi screens
-PNG_COMPRESS_LEVEL = 3       # zlib level of a chart's PNG (see png_bytes)
 NUMBER_CELL = "text-align:right;white-space:nowrap"
 TEXT_CELL = "text-align:left"
 DEFAULT_TITLE = "Benchmark report"
@@ -42,16 +47,25 @@ SHOWN_FIELDS = ("model", "mode", "precision", "batch_size", "load", "input_shape
                 *[f for f in WORKLOAD if f not in SERVING_LOAD and f not in ("model", "mode", "precision", "batch_size",
                                                                              "input_shape", "prompt_len", "new_tokens")])
 # Fields that are empty where they do not apply (a request's shape outside mode serve): no '?' for them.
-NOT_APPLICABLE_WHEN_EMPTY = ("load", *REQUEST_SHAPE)
+NOT_APPLICABLE_WHEN_EMPTY = ("load", *REQUEST_SHAPE, *RUN_SETTINGS)
 FIELD_HEADERS = {"batch_size": "batch", "input_shape": "input", "world_size": "devices", "compile": "compile",
                  "channels_last": "channels_last", "tp_degree": "tensor-parallel degree",
                  "activation_checkpointing": "activation checkpointing", "shared_prefix_len": "shared prefix tokens",
-                 "length_dist": "lengths", "load": "load"}
+                 "length_dist": "lengths", "load": "load", "cudnn_benchmark": "cudnn.benchmark",
+                 "nnodes": "nodes", "server_args": "server arguments"}
 TABLE_PAGE_ROWS = 25         # a longer table gets pages, a search box and a page-length menu
 # Text reads from the left, numbers line up on the right (JupyterLab's style puts every cell right).
 TABLE_CSS = (".dt-container table.dataTable th, .dt-container table.dataTable td {text-align: left} "
              ".dt-container table.dataTable th.dt-type-numeric {text-align: right} "
              ".dt-container table.dataTable td.dt-type-numeric {text-align: right; white-space: nowrap}")
+# A table wider than this (its narrowest layout: every word whole, every number on one line) cannot fit the
+# report's page (1,200 px less its margins) nor a JupyterLab output area: DataTables then scrolls it in a box
+# of at most WIDE_TABLE_HEIGHT, its header kept, so that the sideways scroll bar is on screen with the rows it
+# moves (at the table's foot, past the screen, the table read as cut on the right). A table read at a glance
+# (every_row: every row on the page) is left whole.
+PAGE_PX = 1100
+WIDE_TABLE_HEIGHT = "70vh"
+CHAR_PX, CELL_PAD_PX = 7.2, 22  # DataTables' compact cells: 13 px sans-serif, 4 + 17 px of padding
 
 
 def esc(value) -> str:
@@ -158,11 +172,28 @@ def datatable_html(table: pd.DataFrame, columns: dict[str, str] | None = None, n
     pages = [[TABLE_PAGE_ROWS, 100, -1], [TABLE_PAGE_ROWS, 100, "all"]]
     paging = {"paging": False, "layout": {"topStart": None, "topEnd": None, "bottomStart": None}} if every_row \
         else {"lengthMenu": pages, "pageLength": TABLE_PAGE_ROWS}
+    if not every_row and narrowest_px(shown, number_text) > PAGE_PX:  # its scroll bar on screen, header kept
+        paging.update(scrollX=True, scrollY=WIDE_TABLE_HEIGHT, scrollCollapse=True)
     with pd.option_context("display.float_format", number_text):
         return to_html_datatable(shown, connected=False, allow_html=False, showIndex=False, maxBytes=0,
                                  classes="display compact", style="width:auto;margin:0", **paging,
                                  display_logo_when_loading=False, css=TABLE_CSS,
                                  text_in_header_can_be_selected=False)  # a click anywhere on a header sorts
+
+
+def narrowest_px(shown: pd.DataFrame, number_text=num_text) -> float:
+    """About how wide a table is at its narrowest, in CSS pixels: per column its longest word (of the header
+    and the text cells) or its longest number (never broken), at DataTables' compact font and padding."""
+    def longest(values, numeric: bool) -> int:
+        texts = [number_text(v) if numeric else str(v) for v in values]
+        return max((len(t) if numeric else max((len(w) for w in t.split()), default=0) for t in texts), default=0)
+    total = 0.0
+    for name in shown.columns:
+        column = shown[name]
+        numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+        finite = column[np.isfinite(column)] if numeric else column
+        total += max(longest([name], False), longest(finite, numeric)) * CHAR_PX + CELL_PAD_PX
+    return total
 
 
 def _cells(column: pd.Series) -> np.ndarray | list:
@@ -180,70 +211,6 @@ def _cells(column: pd.Series) -> np.ndarray | list:
         return numbers.where(numbers.notna(), -np.inf).to_numpy()
     return [cell_text(v, isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)))
             for v in values]
-
-
-def show_figure(fig, alt: str) -> None:
-    """Show a chart as a PNG at 2x (sharp text on high-dpi screens) and as an SVG, with `alt` as its text.
-
-    The report embeds the PNG (report.py prefers it); JupyterLab shows the SVG, or the PNG in a
-    notebook that is not trusted (an image output always shows; HTML may be sanitized)."""
-    import base64
-
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-    svg = io.StringIO()
-    png_box, svg_box = tight_boxes(fig, DISPLAY_DPI * PIXEL_RATIO)
-    png = png_bytes(fig, png_box, DISPLAY_DPI * PIXEL_RATIO)
-    fig.savefig(svg, format="svg", bbox_inches=svg_box, facecolor="white")
-    plt.close(fig)
-    width_px = int.from_bytes(png[16:20], "big") // PIXEL_RATIO  # the PNG IHDR chunk holds the width
-    display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": svg.getvalue(), "text/plain": alt},
-            metadata={"image/png": {"width": width_px}}, raw=True)
-
-
-def png_bytes(fig, box, dpi: float) -> bytes:
-    """The area `box` of `fig` at `dpi` as an RGB PNG: savefig's pixels, without the alpha channel of its
-    RGBA PNG, which says nothing on a white face (every pixel is opaque). Encoding took a third of the
-    CPU of saving a chart; without that channel, at zlib level 3 (PNG_COMPRESS_LEVEL), it takes about
-    half as much, and the PNG is no larger than matplotlib's at level 6."""
-    from matplotlib.transforms import Affine2D, Bbox, TransformedBbox
-    from PIL import Image
-    raw = io.BytesIO()
-    fig.savefig(raw, format="rgba", dpi=dpi, bbox_inches=box, facecolor="white")
-    # The size that savefig draws: the box scaled to pixels as its print does it (matplotlib's adjust_bbox).
-    width, height = (int(v) for v in TransformedBbox(Bbox.from_bounds(0, 0, *box.size), Affine2D().scale(dpi)).size)
-    png = io.BytesIO()
-    if len(raw.getbuffer()) == width * height * 4:
-        image = Image.frombuffer("RGBA", (width, height), raw.getbuffer(), "raw", "RGBA", 0, 1).convert("RGB")
-        image.save(png, format="png", dpi=(dpi, dpi), compress_level=PNG_COMPRESS_LEVEL)
-    else:  # not the size expected: matplotlib's own PNG
-        fig.savefig(png, format="png", dpi=dpi, bbox_inches=box, facecolor="white")
-    return png.getvalue()
-
-
-def tight_boxes(fig, png_dpi: float) -> tuple:
-    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG.
-
-    savefig measures its box anew for each file, after a draw that renders nothing (to place what is
-    placed at draw time), and makes that draw whenever the figure has a layout engine, even with a box
-    given: tight_layout leaves a placeholder one. Each box here is measured with its own format's text
-    metrics (an SVG box from the PNG's would be up to 3 pt off), without that draw: get_tightbbox places
-    ticks, titles, axis labels and legends itself (the same boxes to the last digit on every chart of
-    the report tests). Saved with its box and no engine, each file is drawn once."""
-    import matplotlib
-    from matplotlib.backends.backend_svg import RendererSVG
-    pad = matplotlib.rcParams["savefig.pad_inches"]
-    shown_dpi = fig.dpi
-    try:
-        fig.dpi = png_dpi
-        png_box = fig.get_tightbbox().padded(pad)
-        fig.dpi = 72  # an SVG is drawn in points
-        width, height = fig.get_size_inches() * 72
-        svg_box = fig.get_tightbbox(RendererSVG(width, height, io.StringIO())).padded(pad)
-    finally:
-        fig.dpi = shown_dpi
-    fig.set_layout_engine(None)
-    return png_box, svg_box
 
 
 def section(func):

@@ -19,6 +19,7 @@ from bench_core.summary.html import absent, esc, note, paragraph, section, show_
 from bench_core.summary.load import WORKLOAD, Results
 from bench_core.summary.reference import MEASURED_SOURCE, definition_differences, gpu_matches, load_reference
 from bench_core.summary.speed import show_per_unit
+from bench_core.summary.tables import flag_disturbed, marked
 from bench_core.summary.text import is_number, is_present, num_text, short_list
 
 
@@ -47,8 +48,10 @@ def instance_spread(res: Results) -> pd.DataFrame:
             medians = group.groupby("machine", sort=False)["throughput"].median()
             if len(medians) < 2:
                 continue
+            hit = flag_disturbed(group).groupby("machine", sort=False)["_disturbed"].any()  # marked where shown
             lines.append({"kind": kind, "config": group["config"].iloc[0], "instances": len(medians),
-                          "medians": "; ".join(f"{instance_name(m, kind)}: {num_text(v)}" for m, v in medians.items()),
+                          "medians": "; ".join(f"{instance_name(m, kind)}: {marked(num_text(v), hit[m])}"
+                                               for m, v in medians.items()),
                           "spread": medians.max() / medians.min(), "throughput_unit": group["throughput_unit"].iloc[0],
                           "repeats": int(group["throughput"].count())})
     return pd.DataFrame(lines)

@@ -14,8 +14,10 @@ from bench_core.measure.noise import current_flags
 from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label re-exported
     REQUEST_SHAPE,
     SERVING_LOAD,
+    RUN_SETTINGS,
     WORKLOAD,
     is_default,
+    key_value,
     load_text,
     machine_kind,
     machine_label,
@@ -252,6 +254,9 @@ def typed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     # Flags under today's rules: an older row's power cap and host-bound step said as a new row says them.
     rows["noise_flags"] = [current_flags(r) for r in rows.to_dict("records")]
     records = rows.to_dict("records")
+    for name in RUN_SETTINGS:  # as the key reads them: a setting that does not apply to a row is empty
+        rows[name] = pd.Series([key_value(r, name) for r in records], index=rows.index, dtype=object)
+    rows["nnodes"] = pd.to_numeric(rows["nnodes"], errors="coerce").astype(float)  # one type: 1 and 1.0 are one key
     rows["machine"] = [machine_label(r) for r in records]
     rows["kind"] = [machine_kind(r) for r in records]
     # A serving point has a load where other modes have a batch; its batch_size is a default it never used.
@@ -278,8 +283,9 @@ def unit_items(unit: str) -> str:
 
 
 # Fields a configuration's label names where they are set to other than their default (keys.DEFAULTS).
-LABELLED_WHEN_SET = ("parallelism", "tp_degree", "activation_checkpointing", "engine", "endpoint", "length_dist",
-                     "shared_prefix_len", "prompt_file", "trace_file")
+LABELLED_WHEN_SET = ("parallelism", "tp_degree", "activation_checkpointing", *RUN_SETTINGS, "engine", "endpoint",
+                     "length_dist", "shared_prefix_len", "prompt_file", "trace_file", "server_args", "model_dir",
+                     "server_url")
 
 
 def config_label(row: dict) -> str:

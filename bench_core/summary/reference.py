@@ -15,8 +15,10 @@ import pandas as pd
 
 from bench_core.predict.specs import spec_for_device
 from bench_core.results.bound import comparison_note
+from bench_core.results.disturbed import disturbances
 from bench_core.results.comparison import (
     CONFIDENCE,
+    DISTURBED,
     MIN_EFFECT,
     Comparison,
     decide,
@@ -124,8 +126,15 @@ def reference_matches(res: Results) -> pd.DataFrame:
                     and ours["precision"] in r["match_precisions"].split()
                     and r["input_shape"] == ours["input_shape"] and r["gpus"] == ours["world_size"]
                     and gpu_matches(ours["device_name"], r["gpu_match"])):
-                values = pd.to_numeric(group[r["metric"]], errors="coerce").dropna()
+                # Judged from undisturbed repeats only, as every comparison is; how many were left out is said.
+                hit = group["noise_flags"].map(lambda f: bool(disturbances(f)))
+                values = pd.to_numeric(group.loc[~hit, r["metric"]], errors="coerce").dropna()
                 c = published_comparison(values, r["value"], r["value_std"], higher_better=r["metric"] != "s_per_iter")
+                if hit.any() and not len(values):
+                    c = {"ratio": math.nan, "low": math.nan, "high": math.nan, "verdict": DISTURBED,
+                         "text": f"{DISTURBED}: every one of our {len(group)} repeats was flagged as disturbed"}
+                elif hit.any():
+                    c["text"] = f"{c['text']}; {int(hit.sum())} of our {len(group)} repeats left out as disturbed"
                 # ours host-bound: the same GPU on another machine, so the ratio compares the hosts
                 hosts = comparison_note([("ours", group.to_dict("records"))], across_machines=True)
                 differs = definition_differences(r, ours)
@@ -138,6 +147,7 @@ def reference_matches(res: Results) -> pd.DataFrame:
                             "ours": values.median() if len(values) else math.nan,
                             "ours_iqr": (f"{num_text(values.quantile(0.25))} – {num_text(values.quantile(0.75))}"
                                          if len(values) else ""), "repeats": len(values),
+                            "disturbed": int(hit.sum()),
                             "source": r["source"], "gpu": r["gpu"],
                             "published_precision": r["precision"], "published_batch_size": r["batch_size"],
                             "published": r["value"], "published_std": r["value_std"], "unit": r["unit"],

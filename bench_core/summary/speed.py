@@ -31,6 +31,7 @@ from bench_core.summary.memory_table import show_estimates
 from bench_core.summary.ratio_chart import show_ratio_chart
 from bench_core.summary.tables import (
     DISTURBED_MARK,
+    DISTURBED_WHY,
     KNEE_FRACTION,
     amp_speedup_table,
     batch_curves,
@@ -38,11 +39,10 @@ from bench_core.summary.tables import (
     emulation_notes,
     headline_table,
     knee_points,
+    marked,
     relative_speed,
 )
 from bench_core.summary.text import num_text, short_list, sig_text, wrap_text
-
-DISTURBED_WHY = "another process on the CPU or device, throttling, a clock drop, or repeats that disagree"
 
 
 @section
@@ -189,11 +189,11 @@ def throughput_chart(data, unit: str) -> None:
                    mark_legend=f"{DISTURBED_MARK} repeats flagged as disturbed: re-measure")
 
 
-def disturbed_alt(marked: int) -> str:
+def disturbed_alt(count: int) -> str:
     """What a chart's marks say, for its text alternative."""
-    if not marked:
+    if not count:
         return ""
-    return f"; {DISTURBED_MARK} marks {marked} figure{'' if marked == 1 else 's'} with repeats flagged as disturbed"
+    return f"; {DISTURBED_MARK} marks {count} figure{'' if count == 1 else 's'} with repeats flagged as disturbed"
 
 
 @section
@@ -274,7 +274,9 @@ def show_batch_curves(res: Results) -> None:
               f"{KNEE_FRACTION:.0%} of the best throughput on that curve: past it, a larger batch buys little "
               "speed and costs memory and step time.")
     curves = curves.assign(curve=label_columns(curves, always=("precision",), never=("batch_size",)))
-    knees = knees.assign(curve=label_columns(knees, always=("precision",)))
+    hit = curves.groupby("curve")["disturbed"].transform("sum") > 0  # a curve resting on disturbed repeats: marked
+    curves = curves.assign(curve=[marked(c, d) for c, d in zip(curves["curve"], hit)])
+    knees = knees.assign(curve=label_columns(knees, always=("precision",)), disturbed_text=disturbed_marks(knees))
     several = curves["machine"].nunique() > 1
     # A panel per machine, mode and unit: throughputs in different units never share an axis.
     panels = [(m, mode, unit) for m in dict.fromkeys(curves["machine"]) for mode in ordered(curves["mode"], MODE_ORDER)
@@ -306,7 +308,11 @@ def show_batch_curves(res: Results) -> None:
                        "input_shape": "input", "world_size": "devices", "batch_sizes": "batch sizes tried",
                        "knee_batch_size": "knee batch", "knee_throughput": "throughput at knee",
                        "knee_step_time_ms": "step ms at knee", "best_batch_size": "best batch",
-                       "best_throughput": "best throughput", "throughput_unit": "unit"}))
+                       "best_throughput": "best throughput", "throughput_unit": "unit",
+                       **({"disturbed_text": "disturbed repeats"} if knees["disturbed"].any() else {})}))
+    if knees["disturbed"].any():
+        note(f"{DISTURBED_MARK} n of m: n of the curve's m repeats were flagged as disturbed ({DISTURBED_WHY}): "
+             "its medians include them; re-measure on a quiet machine.")
 
 
 @section

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core.results.disturbed import disturbances
+from bench_core.results.keys import machine_use
 from bench_core.summary.effects import compare_variants, verdict_summary
 from bench_core.summary.html import sort_table
 from bench_core.summary.load import (
@@ -22,12 +23,18 @@ from bench_core.summary.text import is_number, is_present, num_text
 
 KNEE_FRACTION = 0.9          # the knee: smallest batch reaching 90% of the curve's best throughput
 DISTURBED_MARK = "⚠"  # beside a figure whose repeats were flagged as disturbed, in the tables and the charts
+DISTURBED_WHY = "another process on the CPU or device, throttling, a clock drop, or repeats that disagree"
 
 
 def flag_disturbed(ok: pd.DataFrame) -> pd.DataFrame:
     """The rows with `_disturbed`: whether each repeat carries a disturbing flag (results.disturbed), for
     a table's `disturbed=("_disturbed", "sum")` beside its `repeats`."""
     return ok.assign(_disturbed=[bool(disturbances(v)) for v in ok["noise_flags"]])
+
+
+def marked(text: str, disturbed) -> str:
+    """A chart's label with DISTURBED_MARK after it where its figure rests on repeats flagged as disturbed."""
+    return f"{text} {DISTURBED_MARK}" if disturbed else text
 
 
 def disturbed_marks(table: pd.DataFrame) -> list[str]:
@@ -236,9 +243,10 @@ def batch_curves(res: Results) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     keys = ["machine", *[k for k in WORKLOAD if k != "batch_size"]]
-    med = ok.groupby([*keys, "batch_size"], dropna=False).agg(
+    med = flag_disturbed(ok).groupby([*keys, "batch_size"], dropna=False).agg(
         throughput=("throughput", "median"), throughput_unit=("throughput_unit", "first"),
-        step_time_ms=("step_time_ms_median", "median")).reset_index()
+        step_time_ms=("step_time_ms_median", "median"), repeats=("throughput", "count"),
+        disturbed=("_disturbed", "sum")).reset_index()
     sizes = med.groupby(keys, dropna=False)["batch_size"].transform("nunique")
     return sort_table(med[sizes >= 2])
 
@@ -256,6 +264,7 @@ def knee_points(curves: pd.DataFrame, fraction: float = KNEE_FRACTION) -> pd.Dat
         best = curve.loc[curve["throughput"].idxmax()]
         knee = curve[curve["throughput"] >= fraction * best["throughput"]].iloc[0]
         out.append({**dict(zip(keys, key)), "throughput_unit": best.get("throughput_unit"),
+                    **{k: int(curve[k].sum()) for k in ("repeats", "disturbed") if k in curve},
                     "best_batch_size": best["batch_size"], "best_throughput": best["throughput"],
                     "knee_batch_size": knee["batch_size"], "knee_throughput": knee["throughput"],
                     "knee_step_time_ms": knee["step_time_ms"], "batch_sizes": len(curve)})
@@ -270,10 +279,10 @@ def scaling_table(res: Results) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["machine", *[k for k in WORKLOAD if k != "world_size"]]
     ok = ok.assign(nnodes=ok["nnodes"].fillna(1))
-    med = ok.groupby([*keys, "world_size"], dropna=False).agg(
+    med = flag_disturbed(ok).groupby([*keys, "world_size"], dropna=False).agg(
         nodes=("nnodes", "max"), samples_per_s=("samples_per_s", "median"),
         samples_per_s_per_device=("samples_per_s_per_device", "median"),
-        repeats=("samples_per_s", "count")).reset_index()
+        repeats=("samples_per_s", "count"), disturbed=("_disturbed", "sum")).reset_index()
     curves = [group.sort_values("world_size") for _, group in med.groupby(keys, dropna=False, sort=False)
               if group["world_size"].nunique() >= 2]
     if not curves:
@@ -350,7 +359,7 @@ def machines_table(res: Results) -> pd.DataFrame:
         out.append({"machine": machine, "gpu": first("gpu_name"), "gpus": first("gpu_count"),
                     "cpu": first("cpu_model"), "cpus": first("cpu_count"),
                     "world_sizes": sorted(set(rows["world_size"].dropna())), "rows": len(rows),
-                    "ok": int((rows["status"] == "ok").sum())})
+                    "ok": int((rows["status"] == "ok").sum()), "use": machine_use(rows.iloc[0].to_dict())})
     return pd.DataFrame(out)
 
 
@@ -395,11 +404,12 @@ def timer_name(device_type) -> str:
 def step_times_long(res: Results) -> pd.DataFrame:
     """One row per timed step (from the step_times_ms column: space-separated milliseconds)."""
     out = []
-    for row in res.ok[["machine", "config", "mode", "repeat", "step_times_ms"]].to_dict("records"):
+    for row in res.ok[["machine", "config", "mode", "repeat", "step_times_ms", "noise_flags"]].to_dict("records"):
+        disturbed = bool(disturbances(row["noise_flags"]))
         for i, text in enumerate(str(row["step_times_ms"] or "").split()):
             with contextlib.suppress(ValueError):
                 value = float(text)
                 if math.isfinite(value) and value > 0:
                     out.append({**{k: row[k] for k in ("machine", "config", "mode", "repeat")}, "step": i,
-                                "step_ms": value})
+                                "step_ms": value, "disturbed": disturbed})
     return pd.DataFrame(out)

@@ -49,13 +49,15 @@ from bench_core.errors import (
 )
 from bench_core.files import shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
-from bench_core.measure import environment
+from bench_core.measure import environment, telemetry
+from bench_core.results.disturbed import RE_MEASURE, disturbed_rows
 from bench_core.sweep import timing
 from bench_core.sweep.child import Outcome, banner
 from bench_core.sweep.notebook import COMPLETE_STATUSES, record_missing, rows_by_config
 from bench_core.sweep.plan import (
     Execution,
     SweepPlan,
+    estimate_seconds,
     plan_json,
     plan_summary,
     sweep_header,
@@ -146,7 +148,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
               kernel: str = "python3", progress: Progress | None = None) -> tuple[int, str]:
     """Run (or resume) every execution of the plan into out_dir, telling `progress` as it goes; return
     the exit status and the closing line (the tally), which the command prints last, after the report."""
-    started = time.time()
+    started, busy = time.time(), telemetry.BusyNow()
     results.atomic_write_text(out_dir / "sweep.yaml", sweep_header(plan) + plan.text)
     env = environment.collect(resolve_device(plan.configs[0].device))
     results.atomic_write_text(out_dir / "environment.json", json.dumps(env, indent=1, default=str))
@@ -154,6 +156,9 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     for note in plan.notes:
         print(f"bench sweep: {note}", file=sys.stderr)
     print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
+    loaded = telemetry.busy_text(busy.cores())  # measured over the set-up above: no wait of its own
+    if loaded:
+        print(f"bench sweep: {loaded}", file=sys.stderr)
     try:
         return run_executions(plan, out_dir, template, force, kernel, progress, env)
     finally:  # interrupted too: what ran is accounted (a sweep that ran nothing keeps the last one's)
@@ -216,7 +221,22 @@ def run_executions(plan: SweepPlan, out_dir: Path, template: Path, force: bool =
 
     status = EXIT_FAILED if tally.failed else EXIT_OK
     minutes = (time.perf_counter() - started) / 60
-    return status, f"bench sweep: {tally.line(plan.measurements, plan.runs)} in {minutes:.1f} min; rows in {out_dir / 'results.csv'}"
+    return status, (f"bench sweep: {tally.line(plan.measurements, plan.runs)} in {minutes:.1f} min"
+                    f"{against_estimate(plan, out_dir, minutes)}; rows in {out_dir / 'results.csv'}")
+
+
+def against_estimate(plan: SweepPlan, out_dir: Path, minutes: float) -> str:
+    """' (estimated 1.7 min; 12 of 20 repeats ran beside other processes: disturbed, re-measure on a quiet
+    machine)' where the sweep took more than twice the plan's estimate or its repeats were disturbed, so that a
+    slow sweep on a busy machine says why; '' otherwise."""
+    rows = [r for e in plan.executions for r in results.read_run(out_dir / "runs" / e.run_name) or []]
+    hit, flags = disturbed_rows(rows)
+    ok = sum(r.get("status") == "ok" for r in rows)
+    estimated = estimate_seconds(plan) / 60
+    if not hit and minutes <= 2 * estimated:
+        return ""
+    busy = f"; {hit} of {ok} repeats were disturbed ({flags}): {RE_MEASURE}" if hit else ""
+    return f" (estimated {estimated:.1f} min, for an idle machine{busy})"
 
 
 def last_throughput(out_dir: Path, execution: Execution) -> str:

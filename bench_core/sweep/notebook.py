@@ -21,6 +21,7 @@ from bench_core.config.schema import BenchConfig, check_known_keys
 from bench_core.errors import ConfigError
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.launch.servers import Servers
+from bench_core.results.disturbed import RE_MEASURE, disturbances, disturbed_rows
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, new_run_id, run_fields
 from bench_core.run.runner import old_objects_frozen
@@ -253,12 +254,14 @@ _TABLE_COLUMNS = {
     "status": "status", "repeats_ok": "repeats ok", "samples_per_s": "samples/s (median)",
     "samples_per_s_min": "min", "samples_per_s_max": "max", "step_time_ms_median": "step ms (median)",
     "step_time_cv": "CV", "first_step_ms": "first step ms", "peak_mem_mib": "peak mem MiB", "message": "message",
-    "batch_search": "batch search",
+    "batch_search": "batch search", "disturbed": "disturbed",
 }
 
 
 def result_table(rows: list[dict]):
-    """One line per configuration: median throughput over repeats and its range."""
+    """One line per configuration: median throughput over repeats and its range. A configuration whose repeats
+    ran beside other processes (or on a throttled device) says so in a `disturbed` column, its figures in red:
+    as `bench run`'s table and the sweep's progress lines mark them."""
     import pandas as pd
     if not rows:
         return pd.DataFrame(columns=list(_TABLE_COLUMNS.values()))
@@ -271,6 +274,7 @@ def result_table(rows: list[dict]):
         first = group[0]
         mem = first.get("peak_mem_allocated_bytes") or first.get("peak_rss_bytes")
         statuses = sorted({r.get("status") for r in group})
+        hit, flags = disturbed_rows(ok)
         lines.append({
             "model": first.get("model"), "mode": first.get("mode"), "precision": first.get("precision"),
             "batch_size": _batch_text(first), "input_shape": first.get("input_shape"),
@@ -281,12 +285,20 @@ def result_table(rows: list[dict]):
             "peak_mem_mib": mem / 2**20 if mem else None,
             "message": "; ".join(sorted({str(r["message"]) for r in group if r.get("message")})),
             "batch_search": first.get("batch_search"),
+            "disturbed": f"DISTURBED {hit}/{len(ok)}: {flags}: {RE_MEASURE}" if hit else "-",
         })
     table = pd.DataFrame(lines)
     if table["batch_search"].isna().all():
         table = table.drop(columns="batch_search")
+    marked = table["disturbed"] != "-"
+    if not marked.any():
+        table = table.drop(columns="disturbed")
     table = table.rename(columns=_TABLE_COLUMNS)
-    return table.style.hide(axis="index").format(precision=1, na_rep="")
+    figures = [_TABLE_COLUMNS[k] for k in ("samples_per_s", "samples_per_s_min", "samples_per_s_max",
+                                            "step_time_ms_median", "disturbed") if _TABLE_COLUMNS[k] in table]
+    red = pd.DataFrame("", index=table.index, columns=table.columns)
+    red.loc[marked, figures] = "color: #b00020"
+    return table.style.hide(axis="index").format(precision=1, na_rep="").apply(lambda _: red, axis=None)
 
 
 def _batch_text(row: dict) -> str:
@@ -326,8 +338,10 @@ def plot_step_times(rows: list[dict]):
             times = [float(t) for t in str(row.get("step_times_ms") or "").split()]
             if not times:
                 continue
+            flags = disturbances(row.get("noise_flags"))
             ax.plot(range(offset + 1, offset + len(times) + 1), times, marker=".", linewidth=1,
-                    label=f"repeat {row.get('repeat')} (timed)")
+                    linestyle=":" if flags else "-",
+                    label=f"repeat {row.get('repeat')} (timed" + (f"; DISTURBED: {flags})" if flags else ")"))
             offset += len(times)
         if first.get("first_step_ms"):
             ax.scatter([0], [first["first_step_ms"]], marker="X", s=70, color="black", zorder=3,

@@ -31,6 +31,7 @@ from bench_core.config.sweepfile import (
 from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.devices import Backend, available_devices, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
+from bench_core.measure import telemetry
 from bench_core.sweep.notebook import describe, safe_name
 from bench_core.workload.precision import resolve_precision
 
@@ -328,9 +329,13 @@ def plan_summary(plan: SweepPlan, listed: bool = False) -> str:
 
 def dry_run(plan: SweepPlan, out_dir: Path) -> int:
     """Print every execution and its configurations; run and write nothing."""
+    busy = telemetry.BusyNow()
     print(f"bench sweep: {plan_summary(plan, listed=True)}; output would go to {out_dir}")
     for note in plan.notes:
         print(f"note: {note}")
+    loaded = telemetry.busy_text(busy.cores())
+    if loaded:
+        print(f"note: {loaded}")
     for execution in plan.executions:
         first = execution.configs[0]
         inputs = [describe(cfg)["input"] for cfg in execution.configs]
