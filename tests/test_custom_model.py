@@ -271,6 +271,7 @@ def test_two_versions_of_the_code_are_one_model_and_reading_results_never_import
     done = bench_here(capsys, "diff", str(tmp_path / "old"), str(tmp_path / "new"))
     # (exit 3 where this machine's other load disturbed the single repeats: judged as one model either way)
     assert done.returncode in (0, 3) and "1 configuration(s), 1 in both" in done.stdout, done.stdout + done.stderr
+    assert "model_code_sha256" in done.stdout.split("configuration ")[0]  # the edit, named among what changed
     assert not marker.exists()
     # An older folder: the same rows as written before schema 10, the hash in the name.
     before = tmp_path / "before"

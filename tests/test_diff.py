@@ -320,6 +320,26 @@ def test_disturbed_repeats_are_left_out_and_the_rest_judged(quiet, capsys, tmp_p
     assert ratio == pytest.approx(3 ** -0.6, rel=0.01)  # what judging the neighbour's repeats would have said
 
 
+def test_a_difference_from_one_run_with_disturbed_repeats_is_not_judged(quiet, capsys, tmp_path):
+    """Issue 67: the same tiny sweep twice on a 2-core machine gave REGRESSION 0.76x [0.57-1.00]: a neighbour
+    slowed all of NEW's one run, and its flag caught one repeat of three. A run with disturbed repeats ran its
+    others beside the same load: with one run a side, a difference resting on it is 'disturbed: re-measure'."""
+    old, new = quiet
+
+    def neighbour(row):  # every train repeat slowed 2x; the flag on the first only
+        if row["mode"] != "train":
+            return row
+        return dict(row, samples_per_s=row["samples_per_s"] / 2,
+                    noise_flags="other-processes-on-cpu(0.9 cores)" if row["repeat"] == 0 else "")
+    slowed = edited_copy(old, tmp_path / "slowed", neighbour)
+    code, out, err = bench(capsys, "diff", str(old), str(slowed))
+    train = summary.diff_results(old, slowed).table.set_index("mode").loc["train"]
+    assert (code, train["verdict"], train["regression"]) == (EXIT_DISTURBED, "disturbed: re-measure", False), out
+    assert "REGRESSION" not in out and "its other repeats ran beside the same load" in train["reason"]
+    unflagged = edited_copy(slowed, tmp_path / "unflagged", lambda r: dict(r, noise_flags=""))
+    assert bench(capsys, "diff", str(old), str(unflagged))[0] == 1  # a slowdown nothing flagged is a regression
+
+
 def test_the_gate_preset_measures_runs_and_the_help_names_every_exit_status(capsys):
     """params/ci-gate.yaml is the README's recipe: every configuration in 5 runs, so diff compares runs;
     exit 3 is its own status, beside 0, 1 and 2, and --help says what each means."""

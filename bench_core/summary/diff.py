@@ -59,6 +59,7 @@ ENVIRONMENT_CHANGES = [
     "nccl_version", "driver_version", "project_version", "git_commit", "python_version", "os", "host",
     "cpu_model", "cpu_count", "cpu_isa_dispatch", "device_name", "gpu_name", "gpu_count", "threads",
     "torch_threads", "tf32_enabled", "cudnn_benchmark_enabled",
+    "model_code_sha256", "model_code_commit",  # your own model's file: one model across edits, its version here
 ]
 
 # Columns shown (text and HTML): column -> header. Each column is one statistic, named in its header.

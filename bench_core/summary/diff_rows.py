@@ -117,6 +117,15 @@ def compare_configuration(group: pd.DataFrame, fail_above: float, min_effect: fl
                    change="" if c.ratio is None else c.text().removesuffix(" " + c.verdict),
                    runs_set_aside=sum(g - u for g, u in zip(found.runs_given, found.runs_used)),
                    **run_spread(found, group))
+        partly = [name for name, given, left in zip(("old", "new"), found.runs_given, found.left_out)
+                  if given == 1 and left]
+        if c.verdict in ("faster", "slower") and partly:
+            # One run a side, some of its repeats disturbed: the others ran beside the same load, which the flags
+            # caught only part of (a 2-core machine's other jobs: 0.76x [0.57-1.00] on the same code twice)
+            out.update(verdict=DISTURBED, regression=False,
+                       reason=f"{' and '.join(partly)}: the one run had repeats disturbed, and its other repeats ran "
+                              "beside the same load; a difference from it is not judged (re-measure, or measure "
+                              "runs: bench sweep FILE --runs 5)")
     if out["regression"]:
         out["flag"] = "REGRESSION"
     elif out["verdict"] == DISTURBED:
