@@ -327,7 +327,8 @@ def test_summary_notebook_is_committed_without_outputs():
     # Cells only call bench_core.summary: no analysis code lives in the notebook.
     for cell in code:
         if cell is not params[0]:
-            assert all(line.startswith(("summary.", "from bench_core", "results = summary.")) or not line.strip()
+            assert all(line.startswith(("summary.", "history.", "from bench_core", "results = summary."))
+                       or not line.strip()
                        for line in cell.source.splitlines()), cell.source
 
 

@@ -108,8 +108,9 @@ def floor(task, spec, cfg, precision: Precision) -> MemoryEstimate | None:
         # (sparse embedding tables, the task's own figure: their gradients and state are as sparse as a batch)
         weights = max(weights, stated[0]) if stated else weights
         trained = 0
-    how = ["parameters" + (", gradients and optimizer state" if trained else "") +
-           " alone, from the parameter count (not traced: a floor)"] + \
+    how = ([f"{stated[1]} among the parameters"] if stated else []) + \
+        ["parameters" + (", gradients and optimizer state" if trained else "") +
+         " alone, from the parameter count (not traced: a floor)"] + \
         ([f"{cfg.parallelism} over {parts}"] if parts > 1 else [])
     return MemoryEstimate(parameters=weights, gradients=trained, optimizer=OPTIMIZER_STATES[cfg.optimizer] * trained,
                           how="; ".join(how))
