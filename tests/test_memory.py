@@ -283,3 +283,30 @@ def test_a_step_meta_tensors_cannot_run_is_traced_on_fake_tensors():
     with pytest.raises(RuntimeError, match="meta"):
         memory_trace.trace_with(spec.task, spec, cfg, precision, "cpu", on_meta=True)
     assert estimate(spec.task, spec, cfg, precision, "cpu").activations > 0
+
+
+def test_a_step_traced_once_is_read_back_by_the_next_process(tmp_path, monkeypatch):
+    """Issue 67: every report of the kept GPU runs traced their 22 configurations again (32 s of CPU), and every
+    process of a suite or a sweep run again traced its steps anew. A trace is kept in the cache folder, keyed by
+    all it depends on; the next process reads it back, the same to the byte. A model of your own code is never
+    kept (its function can build something else with any file it imports)."""
+    import subprocess
+    import sys
+    code = ("from bench_core import BenchConfig\nfrom bench_core.run.memory_estimate import estimate\n"
+            "from bench_core.run import memory_trace\nfrom bench_core.workload.models import resolve_model\n"
+            "from bench_core.workload.precision import resolve_precision\n"
+            "cfg = BenchConfig(model='resnet18', width=32, height=32, batch_size=2, device='cpu')\n"
+            "spec = resolve_model(cfg.model)\n"
+            "found = estimate(spec.task, spec, cfg, resolve_precision('fp32'), 'cuda')\n"
+            "print(found.total, memory_trace.traces_made())\n")
+    env = {**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first, second = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+                     for _ in range(2))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    (total, traced), (again, retraced) = (map(int, p.stdout.split()) for p in (first, second))
+    assert (traced, retraced) == (1, 0) and total == again
+    assert len(list((tmp_path / "notebook-bench" / "traces").glob("*.json"))) == 1
+    from bench_core.run import trace_store
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    mine = resolve_model(f"code:{Path(__file__).parents[1] / 'examples' / 'tiny_segnet.py'}:build")
+    assert trace_store.key(mine, BenchConfig(model=mine.name, device="cpu"), "fp32", "cpu") is None

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten
 
 from bench_core.run.autocast_rules import AUTOCAST_RULES
+from bench_core.run import trace_store
 from bench_core.run.optimizers import make_optimizer
 from bench_core.run.sharding import Layout, checkpoint_blocks
 from bench_core.workload.family import SHAPE_FIELDS
@@ -170,9 +171,15 @@ def trace_step(task, spec, cfg, precision: Precision, device_type: str) -> Trace
     if key not in _TRACES:
         if len(_TRACES) >= KEPT_TRACES:
             _TRACES.pop(next(iter(_TRACES)))
+        kept = trace_store.key(spec, cfg, precision.name, device_type)
+        found = trace_store.read(kept, Trace)
+        if found is not None:  # traced by an earlier process
+            _TRACES[key] = found
+            return found
         _MADE[0] += 1
         try:
             _TRACES[key] = _trace(task, spec, cfg, precision, device_type)
+            trace_store.write(kept, _TRACES[key])
         finally:
             # torch keeps each fake op's result in one cache for the whole process (FakeTensorMode.cache):
             # about 260 entries a shape for a ResNet, never freed, so a batch search or a long sweep grew it
