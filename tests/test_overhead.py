@@ -69,3 +69,17 @@ def test_a_kernel_that_does_not_serve_does_not_import_the_serving_client():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_the_counted_step_is_warm_up_as_long_as_a_plain_step_and_counting_beyond():
+    """Issue 67: the FLOP-counting step is one of the warm-up's steps, but all of it was counted as overhead. As
+    long as a plain warm-up step took is warm-up; what counting added is the count's own (never below zero)."""
+    from tests.conftest import tiny
+    row = run_benchmark(tiny(warmup_steps=3))[0]
+    phases, step = parse_phases(row["phase_times_s"]), row["warmup_s"] / 2
+    assert row["warmup_s"] <= phases["warmup"] <= row["warmup_s"] + step + 0.002  # (milliseconds in the text)
+    assert phases["flop_count"] >= 0
+    moved = Phases()
+    moved.add("flop_count", 0.3)
+    moved.move("flop_count", "warmup", 0.5)  # never more than the count took
+    assert moved.seconds == {"flop_count": 0.0, "warmup": 0.3}

@@ -267,6 +267,10 @@ class Session:
         if cfg.mode == "train":  # each rank's loss is of its part of the global batch: the mean is the batch's
             run["warmup_losses"] = " ".join(f"{loss:.9g}" for loss in ddp.mean_over_ranks(losses))
         self.step_s = per_step_estimate = run["warmup_s"] / (cfg.warmup_steps - 1) if cfg.warmup_steps > 1 else first_s
+        if cfg.compile == "off" and cfg.warmup_steps > 1:
+            # The counted step is one of the warm-up's steps (warmup_steps_left): as long as a plain one of them is
+            # warm-up, the rest is the counting's own cost (an eager step beside a compiled one is no warm-up of it)
+            phases.move("flop_count", "warmup", per_step_estimate)
         self.fixed_steps = ddp.agree_steps(cfg, per_step_estimate)
         run.update(workload.facts)  # what the workload learnt in its first steps (a KV cache's size)
         run.update(batch_size_actual=cfg.batch_size, global_batch_size=cfg.batch_size * (ctx.world_size // cfg.tp_degree),

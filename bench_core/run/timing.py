@@ -46,6 +46,13 @@ class Phases:
         if self._inner:
             self._inner[-1] += seconds
 
+    def move(self, source: str, target: str, seconds: float) -> None:
+        """Up to `seconds` of one phase's time counted as another's (a step that was both)."""
+        moved = max(min(seconds, self.seconds.get(source, 0.0)), 0.0)
+        if moved:
+            self.seconds[source] -= moved
+            self.seconds[target] = self.seconds.get(target, 0.0) + moved
+
     def text(self) -> str | None:
         """'environment=0.012 build=0.410 ...' (a row's phase_times_s); None when nothing was timed."""
         return " ".join(f"{name}={s:.3f}" for name, s in self.seconds.items()) or None
