@@ -271,8 +271,35 @@ def test_shipped_sweep_files_are_valid():
         path = ROOT / "params" / f"{name}.yaml"
         plan = load_sweep(path)
         assert plan.configs and plan.executions, path
-        for execution in plan.executions:  # one execution per (device, model)
-            assert len({(c.device, c.model) for c in execution.configs}) == 1
+        per_device = name in ("default", "cpu-quick")  # (executions: device: every model in one kernel)
+        for execution in plan.executions:  # one execution per (device, model), or per device
+            assert len({(c.device, None if per_device else c.model) for c in execution.configs}) == 1
+
+
+def test_executions_per_device_run_every_model_in_one_kernel_and_show_each_configuration(tmp_path, capsys):
+    """Issue 67: the CPU quick sweep spent 40 % of its time outside measuring, 10 s an execution of one model
+    (process, kernel, imports, tables) for two or three configurations of seconds. `executions: device` runs every
+    model of a device in one; the sweep still says each configuration as its rows come, and the timeout is a
+    model's."""
+    sweep = tmp_path / "two.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "two", "executions": "device", "timeout_s": 300,
+                                     "grid": {"model": ["resnet18", "mobilenet_v3_large"], "mode": ["train"]},
+                                     "settings": TINY_SETTINGS}))
+    plan = load_sweep(sweep)
+    (execution,) = plan.executions
+    assert execution.models == ["resnet18", "mobilenet_v3_large"] and execution.label == "2 models fp32 on cpu"
+    proc = bench_here(capsys, "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    rows = run_rows(tmp_path / "out")
+    assert set(rows["model"]) == {"resnet18", "mobilenet_v3_large"} and set(rows["status"]) == {"ok"}
+    assert len({Path(p).parent.name for p in (tmp_path / "out" / "runs").glob("*/benchmark.ipynb")}) == 1
+    lines = proc.stderr.splitlines()
+    assert any("running 2 models fp32 on cpu; 1/2 configurations done; last resnet18 fp32 train" in line
+               for line in lines), proc.stderr  # the first model's figure, before the execution ends
+    bad = sweep.read_text().replace("executions: device", "executions: each")
+    sweep.write_text(bad)
+    proc = bench_here(capsys, "sweep", str(sweep), "--dry-run")
+    assert proc.returncode == 2 and "executions: got 'each'; allowed: model, device" in proc.stderr
 
 
 
@@ -291,7 +318,7 @@ def test_the_default_suite_skips_emulated_bf16_and_says_so(tmp_path, capsys, cpu
     for mode, count in (("train", 7), ("infer", 6), ("generate", 1)):
         said = f"amp-bf16 {mode} is emulated on cpu, so its {count} configuration(s) are left out (emulated: skip)"
         assert (said in text) == emulated, text
-    planned = "plan: 19 configuration(s) in 7 execution(s)" if emulated else "plan: 33 configuration(s) in 7 execution(s)"
+    planned = "plan: 19 configuration(s) in 1 execution(s)" if emulated else "plan: 33 configuration(s) in 1 execution(s)"
     assert planned in text and re.search(r"fp32 +serve", text) and "min (an estimate" in text
     listed = text.split("note:")[-1].split("\n", 1)[1] if emulated else text
     assert ("amp-bf16" in listed) != emulated  # an execution of it is listed only where it runs natively

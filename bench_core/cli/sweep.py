@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -108,16 +109,31 @@ class SweepProgress(Progress):
         self.terminal = self.stream.isatty()
         self.bar = None  # drawn at the first execution, below what the sweep printed before it
         self.unit = "configurations" if plan.runs == 1 else "configuration runs"
+        self.shown, self.started = 0, time.perf_counter()
 
     def skipped(self, execution: Execution) -> None:
         self._advance(len(execution.configs))
 
     def start(self, execution: Execution) -> None:
+        self.shown = 0  # configurations of this execution already counted as done (running)
+        self.started = time.perf_counter()
         self._show(f"running {execution.label}", with_last=False)
 
+    def running(self, execution: Execution, done: int, last: str) -> None:
+        """Each configuration of a running execution as its rows come (one execution per device: the whole sweep)."""
+        if len(execution.models) == 1 or done <= self.shown or done >= len(execution.configs):
+            return  # (an execution of one model is shown as it ends: its configurations take seconds)
+        self.last = last or self.last
+        # the time left: from this execution's configurations so far, until executions have finished
+        self.ran, self.ran_s = self.ran + done - self.shown, self.ran_s + time.perf_counter() - self.started
+        self.started = time.perf_counter()
+        self._advance(done - self.shown, f"running {execution.label}")
+        self.shown = done
+
     def finished(self, execution: Execution, seconds: float, last: str) -> None:
-        self.ran, self.ran_s, self.last = self.ran + len(execution.configs), self.ran_s + seconds, last or self.last
-        self._advance(len(execution.configs), f"finished {execution.label} in {_duration(seconds)}")
+        left = len(execution.configs) - self.shown
+        self.ran, self.ran_s, self.last = self.ran + left, self.ran_s + time.perf_counter() - self.started, last or self.last
+        self._advance(left, f"finished {execution.label} in {_duration(seconds)}")
 
     def write(self, text: str) -> None:
         if self.bar is not None:

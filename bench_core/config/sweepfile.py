@@ -9,8 +9,14 @@ from bench_core.config.mistakes import Mistakes
 from bench_core.config.schema import check_known_keys
 from bench_core.errors import ConfigError
 
-SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated", "runs",
+SWEEP_KEYS = ("name", "description", "grid", "settings", "timeout_s", "emulated", "runs", "executions",
               "predict_gpus", "price")  # the last two are the report's: the GPUs it predicts, and their prices
+
+# What one papermill execution (a kernel, a notebook) holds: every configuration of one model on one device (a
+# crash or a kernel's memory is one model's), or every configuration of one device (the process start, the
+# kernel's imports and the notebook's tables paid once: about 10 s of a 2-core CPU's time each, where each of a
+# quick CPU sweep's models ran two or three configurations of a few seconds).
+EXECUTION_CHOICES = ("model", "device")
 
 
 # What a sweep does with a precision this machine only emulates (bench sysinfo): run it (marked
@@ -27,7 +33,7 @@ def parse_timeout(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError("timeout_s", f"must be a positive number of seconds per execution, got {value!r}")
+        raise ConfigError("timeout_s", f"must be a positive number of seconds per model of an execution, got {value!r}")
     return float(value)
 
 

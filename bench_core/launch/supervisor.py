@@ -78,13 +78,16 @@ class Child:
         self.reader.start()
         self.seen: dict[int, psutil.Process] = {}  # every descendant ever seen: some run in sessions of their own
 
-    def wait(self, limit_s: float | None = None) -> ChildOutcome:
-        """Until the child exits or `limit_s` (from its start) passes; then stop whatever is left.
+    def wait(self, limit_s: float | None = None, tick: Callable[[], None] | None = None) -> ChildOutcome:
+        """Until the child exits or `limit_s` (from its start) passes; then stop whatever is left. `tick` is
+        called between polls (every POLL_S: a look at what the child has written so far).
         Any exception here (KeyboardInterrupt included) stops the whole tree, then re-raises."""
         timed_out = False
         try:
             while True:
                 _remember_descendants(self.proc.pid, self.seen)
+                if tick is not None:
+                    tick()
                 if limit_s is not None and time.perf_counter() - self.start > limit_s:
                     timed_out = True
                     break
@@ -114,13 +117,13 @@ class Child:
 
 def supervise(command: list[str], *, env: dict | None = None, limit_s: float | None = None,
               on_line: Callable[[str], bool] | None = None, log_path: Path | None = None,
-              cwd: str | Path | None = None) -> ChildOutcome:
+              cwd: str | Path | None = None, tick: Callable[[], None] | None = None) -> ChildOutcome:
     """Run `command` (python_command(...), or any program on PATH) to its end, within `limit_s`.
 
     `on_line(text)` sees every output line; returning True claims it (it is not kept in the
     tail). Any exception here (KeyboardInterrupt included) stops the whole tree, then re-raises.
     """
-    return Child(command, env=env, on_line=on_line, log_path=log_path, cwd=cwd).wait(limit_s)
+    return Child(command, env=env, on_line=on_line, log_path=log_path, cwd=cwd).wait(limit_s, tick)
 
 
 def _read_output(stream, log_path: Path | None, tail: deque, on_line) -> None:

@@ -33,7 +33,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from filelock import FileLock, Timeout
 
@@ -134,6 +134,9 @@ class Progress:
     def start(self, execution: Execution) -> None:
         """An execution starts."""
 
+    def running(self, execution: Execution, done: int, last: str) -> None:
+        """While an execution runs: `done` of its configurations have rows; `last`: the latest's throughput."""
+
     def finished(self, execution: Execution, seconds: float, last: str) -> None:
         """An execution ended after `seconds`; `last`: its last configuration's throughput (last_throughput)."""
 
@@ -195,7 +198,8 @@ def run_executions(plan: SweepPlan, out_dir: Path, template: Path, force: bool =
             results.atomic_write_text(mark, str(os.getpid()))
             execution_started, spawned = time.perf_counter(), time.time()
             try:
-                outcome = execute(execution, out_dir, template, plan.timeout_s, force, kernel)
+                outcome = execute(execution, out_dir, template, plan.timeout_s, force, kernel,
+                                  on_rows=lambda done, e=execution: progress.running(e, done, last_throughput(out_dir, e)))
                 _record_outcome(out_dir, execution, outcome, env)
             finally:  # Ctrl-C included; only a SIGKILL leaves the mark
                 mark.unlink(missing_ok=True)
@@ -326,8 +330,9 @@ def _record_outcome(out_dir: Path, execution: Execution, outcome: "Outcome", env
 
 
 def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: float | None, force: bool,
-            kernel: str = "python3") -> Outcome:
-    """Run the template for one execution in a child process; kill its tree on timeout or Ctrl-C."""
+            kernel: str = "python3", on_rows: Callable[[int], None] | None = None) -> Outcome:
+    """Run the template for one execution in a child process; kill its tree on timeout (timeout_s a model of it)
+    or Ctrl-C. `on_rows(done)`: as the kernel writes the rows of another configuration, how many have rows."""
     run_dir = out_dir / "runs" / execution.run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in run_dir.glob(".rows.json.*.tmp"):  # left by a process killed mid-write
@@ -340,13 +345,17 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
     spec_path = run_dir / ".execution.json"
     results.atomic_write_text(spec_path, json.dumps(spec, indent=1))
     command = python_command("-m", "bench_core.sweep.child", str(spec_path))
+    limit_s = timeout_s * len(execution.models) if timeout_s else None
     try:
-        outcome = supervise(command, env=_child_env(), limit_s=timeout_s, log_path=run_dir / "papermill.log")
+        outcome = supervise(command, env=_child_env(), limit_s=limit_s, log_path=run_dir / "papermill.log",
+                            tick=_rows_watch(run_dir, execution, on_rows) if on_rows else None)
     except BaseException:  # Ctrl-C, SIGTERM: the supervisor took the kernel down with it
         banner(run_dir / "benchmark.ipynb", f"Interrupted: {INTERRUPTED}.")
         raise
     if outcome.timed_out:
-        message = f"execution exceeded timeout_s={timeout_s:g} s; its processes were killed"
+        models = len(execution.models)
+        each = f" a model, {limit_s:g} s for its {models} models" if models > 1 else ""
+        message = f"execution exceeded timeout_s={timeout_s:g} s{each}; its processes were killed"
         banner(run_dir / "benchmark.ipynb", f"Stopped by bench sweep: {message}.")
         return Outcome("timeout", message)
     try:
@@ -359,6 +368,23 @@ def execute(execution: Execution, out_dir: Path, template: Path, timeout_s: floa
             return Outcome("interrupted", INTERRUPTED)
         return Outcome("crashed", f"the papermill process exited with status {outcome.returncode} without an "
                                   f"outcome (see {run_dir / 'papermill.log'})")
+
+
+def _rows_watch(run_dir: Path, execution: Execution, on_rows: Callable[[int], None]) -> Callable[[], None]:
+    """A tick for the supervisor: when the run's rows file changes, how many of the execution's configurations
+    have rows, said to `on_rows` when it grows (a sweep of one execution per device shows each configuration)."""
+    path, wanted, seen = run_dir / "rows.json", {c.config_hash() for c in execution.configs}, {"stamp": None, "done": 0}
+
+    def tick() -> None:
+        with contextlib.suppress(OSError):
+            stamp = path.stat().st_mtime_ns
+            if stamp != seen["stamp"]:
+                seen["stamp"] = stamp
+                done = len(wanted & set(rows_by_config(results.read_run(run_dir) or [])))
+                if done > seen["done"]:
+                    seen["done"] = done
+                    on_rows(done)
+    return tick
 
 
 def _child_env() -> dict:

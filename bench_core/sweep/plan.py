@@ -2,7 +2,8 @@
 
 One papermill execution per (device, model): all its configurations (precisions, modes, batch sizes,
 input shapes) share one kernel (each run sets and restores the process-wide numerics knobs it needs),
-so the kernel start, imports and the device's context are paid once per model.
+so the kernel start, imports and the device's context are paid once per model; or, where the sweep file
+says `executions: device`, once per device for all its models.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from bench_core.config.schema import BenchConfig, check_known_keys
 from bench_core.results.keys import load_text
 from bench_core.config.sweepfile import (
     EMULATED_CHOICES,
+    EXECUTION_CHOICES,
     MAX_CONFIGS,
     SELECTOR_CHOICES,
     SELECTOR_KEYS,
@@ -38,9 +40,14 @@ from bench_core.workload.precision import resolve_precision
 
 @dataclass
 class Execution:
-    """One papermill execution: every configuration of one model on one device."""
+    """One papermill execution: every configuration of one model (or, `executions: device`, of all the
+    sweep's models) on one device."""
     run_name: str
     configs: list[BenchConfig]
+
+    @property
+    def models(self) -> list[str]:
+        return unique(c.model for c in self.configs)
 
     def parameters(self, out_dir: Path, force: bool) -> dict[str, Any]:
         """The template's parameters: the first configuration's fields, and each configuration as the
@@ -52,8 +59,9 @@ class Execution:
 
     @property
     def label(self) -> str:
-        first = self.configs[0]
-        return f"{first.model} {'/'.join(unique(c.precision for c in self.configs))} on {first.device}"
+        first, models = self.configs[0], self.models
+        named = first.model if len(models) == 1 else f"{len(models)} models"
+        return f"{named} {'/'.join(unique(c.precision for c in self.configs))} on {first.device}"
 
 
 @dataclass
@@ -156,6 +164,10 @@ def parse_sweep(data: Any, default_name: str = "sweep", where: str = "the sweep 
     emulated = data.get("emulated", "run")
     if emulated not in EMULATED_CHOICES:
         found.add(ConfigError("emulated", f"got {emulated!r}; allowed: {', '.join(EMULATED_CHOICES)}"))
+    per = data.get("executions", "model")
+    if per not in EXECUTION_CHOICES:
+        found.add(ConfigError("executions", f"got {per!r}; allowed: {', '.join(EXECUTION_CHOICES)} (one papermill "
+                                            "execution per model on each device, or per device)"))
     fields = BenchConfig.field_names()
 
     settings = data.get("settings") or {}
@@ -180,7 +192,7 @@ def parse_sweep(data: Any, default_name: str = "sweep", where: str = "the sweep 
     if not configs:
         raise ConfigError("emulated", "skip leaves no configuration: every precision of this sweep is emulated "
                                       "here; " + "; ".join(notes))
-    plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs), timeout_s=timeout_s,
+    plan = SweepPlan(name=name, configs=configs, executions=plan_executions(configs, per=per), timeout_s=timeout_s,
                      notes=notes, skipped=skipped, predict_gpus=data.get("predict_gpus"), prices=data.get("price"))
     return with_runs(plan, data.get("runs", 1))
 
@@ -258,15 +270,16 @@ def _in_combination(exc: ConfigError, chosen: dict, settings: dict) -> ConfigErr
     return ConfigError(exc.field, problem)
 
 
-def plan_executions(configs: list[BenchConfig], apart=None) -> list[Execution]:
+def plan_executions(configs: list[BenchConfig], apart=None, per: str = "model") -> list[Execution]:
     """One execution per (device, model), whatever its configurations: they share a kernel (each run
     sets and restores the process-wide numerics knobs it needs), so the process and kernel start and
-    the imports are paid once per model (the template takes the exact list: Execution.parameters).
-    `apart(cfg)`, when given, splits them further: bench slurm keeps each job shape (nodes x
-    processes x GPUs) apart, since one array task has one shape."""
+    the imports are paid once per model (the template takes the exact list: Execution.parameters);
+    `per` "device": once per device. `apart(cfg)`, when given, splits them further: bench slurm keeps
+    each job shape (nodes x processes x GPUs) apart, since one array task has one shape."""
     groups: dict[tuple, list[BenchConfig]] = {}
     for cfg in configs:
-        groups.setdefault((cfg.device, cfg.model, apart(cfg) if apart else None), []).append(cfg)
+        model = cfg.model if per == "model" else None
+        groups.setdefault((cfg.device, model, apart(cfg) if apart else None), []).append(cfg)
     return [Execution(run_name=_run_name(group), configs=group) for group in groups.values()]
 
 
@@ -278,7 +291,9 @@ def _run_name(configs: list[BenchConfig]) -> str:
     digest = hashlib.sha256(" ".join(sorted(c.config_hash() for c in configs)).encode()).hexdigest()[:8]
     device = _device_label(first.device)
     precisions = "-".join(unique(c.precision for c in configs))
-    return safe_name(f"{device}-{first.model}-{precisions}-{digest}")
+    models = unique(c.model for c in configs)
+    named = first.model if len(models) == 1 else f"{len(models)}-models"
+    return safe_name(f"{device}-{named}-{precisions}-{digest}")
 
 
 def _device_label(name: str) -> str:
@@ -344,9 +359,12 @@ def dry_run(plan: SweepPlan, out_dir: Path) -> int:
               f"min {first.min_seconds:g} s, {first.steps} steps, warm-up {first.warmup_steps}")
         width = max(len(c.precision) for c in execution.configs)
         modes = max(len(c.mode) for c in execution.configs)
+        several = len(execution.models) > 1  # (executions: device: each line names its model)
+        names = max(len(c.model) for c in execution.configs)
         for cfg, shape in zip(execution.configs, inputs):  # a configuration a line: precision, mode, batch (input)
             load = load_text(cfg.to_dict()) or f"batch {cfg.batch_size}"  # a serving point's load: it has no batch
-            print(f"  {cfg.precision:<{width}} {cfg.mode:<{modes}} {load}" + ("" if shared else f", {shape}"))
+            model = f"{cfg.model:<{names}} " if several else ""
+            print(f"  {model}{cfg.precision:<{width}} {cfg.mode:<{modes}} {load}" + ("" if shared else f", {shape}"))
     return EXIT_OK
 
 
