@@ -325,7 +325,7 @@ def plot_step_times(rows: list[dict]):
     if not groups:
         print("No timed window to plot (no configuration finished with status ok).")
         return None
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import LogFormatterSciNotation, MaxNLocator
     cols = min(len(groups), 2)
     nrows = math.ceil(len(groups) / cols)
     # JupyterLab shows the SVG at its own size, not shrunk to the output area: 8 inches (768 px)
@@ -350,16 +350,29 @@ def plot_step_times(rows: list[dict]):
         if warm:
             ax.axhline(warm, color="grey", linestyle="--", linewidth=1, label="mean warm-up step (untimed)")
         ax.set_yscale("log")
+        # plain numbers (2, 5, 10, 20 ms): the log axis's own labels are mathtext, laid out by a parser, a second
+        # of the cell's CPU for a sweep's panels, in each of its two image formats
+        ax.yaxis.set_major_formatter(_plain_log_labels(LogFormatterSciNotation)())
+        ax.yaxis.set_minor_formatter(_plain_log_labels(LogFormatterSciNotation)(labelOnlyBase=False))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("step (timed windows of all repeats, in order)")
         ax.set_ylabel("step time, ms (log)")
         ax.set_title(f"{first.get('model')} {first.get('mode')} {first.get('precision')} "
                      f"batch {first.get('batch_size')}", fontsize=10)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right")  # ("best" searched every point of every panel: seconds)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     fig.tight_layout()
     return fig
+
+
+def _plain_log_labels(formatter: type) -> type:
+    """A log axis's formatter that labels the ticks matplotlib's would label (which minor ones, by the span
+    shown), as plain numbers (200, 500) rather than its mathtext (2 x 10^2)."""
+    class Plain(formatter):
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if super().__call__(x, pos) else ""
+    return Plain
 
 
 def _warmup_step_ms(row: dict) -> float | None:
