@@ -54,6 +54,10 @@ exit status: 0 it fits, 1 it does not, 2 bad input."""
 def main(args: argparse.Namespace) -> int:
     refuse_flags(args, UNUSED, "does not apply to bench memory: nothing is run")
     gpu = spec(args.gpu, "gpu", required=("memory_gb",)) if args.gpu else None
+    if args.device_memory_gib is not None:  # refused before anything is traced (and a trace kept)
+        gib = as_float("device_memory_gib", args.device_memory_gib, minimum=-math.inf)  # 0.5 GiB is a size too
+        if gib <= 0:
+            raise ConfigError("device_memory_gib", f"must be a positive number of GiB, got {gib:g}")
     cfg = config_from_args(args)
     model = resolve_model(cfg.model)
     named = resolve_device("auto") if cfg.device == "auto" else torch.device(cfg.device)  # (not opened here)
@@ -65,9 +69,6 @@ def main(args: argparse.Namespace) -> int:
         gib = gpu.number("memory_gb")
         limit, where = gib * GIB, f"{gpu.gpu}: {gib:g} GiB, its datasheet's {gib:g} GB"
     elif args.device_memory_gib is not None:
-        gib = as_float("device_memory_gib", args.device_memory_gib, minimum=-math.inf)  # 0.5 GiB is a size too
-        if gib <= 0:
-            raise ConfigError("device_memory_gib", f"must be a positive number of GiB, got {gib:g}")
         limit, where = gib * GIB, f"a {gib:g} GiB {'GPU' if device_type == 'cuda' else device_type + ' device'}"
     else:
         backend = Backend.for_device(resolve_device(cfg.device))
