@@ -262,9 +262,9 @@ def test_compare_of_identical_variants_shows_no_clear_difference(tmp_path, capsy
                   "--min-seconds", "0", "--device", "cpu", "--rounds", "6", "--tolerance", "0.10",
                   "--out", str(out_dir), "--json"])
     result = json.loads(capsys.readouterr().out)
-    if sum(bool(flags) for flags in result["disturbed"]) >= 5:  # a busy machine: no interval left, exit 3
-        assert code == 3 and result["verdict"] == "disturbed: re-measure", result
-    else:
+    if result["verdict"] == "disturbed: re-measure":  # a busy machine, its rounds not judged even under load: exit 3
+        assert code == 3 and any(result["disturbed"]), result
+    else:  # idle, or judged under load (B/A did not move with the load): identical variants do not differ
         assert code == 0 and result["verdict"] == "no clear difference", result
     assert result["order"] == ["AB", "BA"] * 3
     assert len(result["samples_per_s_a"]) == len(result["samples_per_s_b"]) == 6
