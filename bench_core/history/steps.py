@@ -16,14 +16,12 @@ shows a step anyway is measured (benchmarks/history_false_alarms.py, docs/histor
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import ruptures
-from ruptures.base import BaseCost
-
 from bench_core.history.read import CAUSE_FIELDS, History
 from bench_core.results.comparison import CONFIDENCE, MIN_EFFECT, Comparison, interval, t_quantile
 
@@ -144,22 +142,31 @@ def fit_logs(logs: np.ndarray, floor: float, min_effect: float = MIN_EFFECT, con
         del bounds[min(weak, key=lambda i: abs(math.log(comparisons[i].ratio)) / (comparisons[i].se or math.inf))]
 
 
-class CumulativeL2(BaseCost):
-    """ruptures' least-squares cost of a segment (the sum of squared deviations from its mean, as its "l2"), from
-    cumulative sums: each segment in constant time, where "l2" takes the variance of the segment's values."""
-    model = "l2-cumulative"
-    min_size = MIN_RUNS
+@functools.cache
+def cumulative_l2() -> type:
+    """The cost class, made on first use: ruptures imports scipy.stats and scipy.signal (1.1 s of CPU on a Zen 3),
+    which every process that imports the history (a report's kernel) would pay for a History with no line long
+    enough to search."""
+    from ruptures.base import BaseCost
 
-    def fit(self, signal):
-        self.signal = np.asarray(signal, dtype=float).reshape(len(signal), -1)
-        values = self.signal[:, 0]
-        self.sums = np.concatenate([[0.0], np.cumsum(values)])
-        self.squares = np.concatenate([[0.0], np.cumsum(values * values)])
-        return self
+    class CumulativeL2(BaseCost):
+        """ruptures' least-squares cost of a segment (the sum of squared deviations from its mean, as its "l2"), from
+        cumulative sums: each segment in constant time, where "l2" takes the variance of the segment's values."""
+        model = "l2-cumulative"
+        min_size = MIN_RUNS
 
-    def error(self, start, end):
-        total = self.sums[end] - self.sums[start]
-        return max(float(self.squares[end] - self.squares[start] - total * total / (end - start)), 0.0)
+        def fit(self, signal):
+            self.signal = np.asarray(signal, dtype=float).reshape(len(signal), -1)
+            values = self.signal[:, 0]
+            self.sums = np.concatenate([[0.0], np.cumsum(values)])
+            self.squares = np.concatenate([[0.0], np.cumsum(values * values)])
+            return self
+
+        def error(self, start, end):
+            total = self.sums[end] - self.sums[start]
+            return max(float(self.squares[end] - self.squares[start] - total * total / (end - start)), 0.0)
+
+    return CumulativeL2
 
 
 def proposals(logs: np.ndarray, floor: float) -> list[int]:
@@ -169,7 +176,8 @@ def proposals(logs: np.ndarray, floor: float) -> list[int]:
     differences = np.diff(logs)
     scale = float(np.median(np.abs(differences))) / (0.6745 * math.sqrt(2)) if len(differences) else 0.0
     noise = max(scale ** 2, floor, NOISE_FLOOR ** 2)
-    found = ruptures.Binseg(custom_cost=CumulativeL2(), min_size=MIN_RUNS, jump=1).fit(logs.reshape(-1, 1)).predict(
+    import ruptures
+    found = ruptures.Binseg(custom_cost=cumulative_l2()(), min_size=MIN_RUNS, jump=1).fit(logs.reshape(-1, 1)).predict(
         pen=PENALTY * noise * math.log(len(logs)))
     return [int(b) for b in found[:-1]]
 
