@@ -279,9 +279,27 @@ def _measured_busy(entry: dict) -> bool:
     return _busy(entry.get("load_avg_1m"), entry.get("cpu_count")) and "quiet_check" not in entry
 
 
-def _to_measure(entry: dict | None) -> bool:
-    """No peak cached, or one measured on a busy machine while this one is quiet now."""
-    return entry is None or (_measured_busy(entry) and not _busy(os.getloadavg()[0], os.cpu_count()))
+def _to_measure(entry: dict | None, fewer: dict | None = None) -> bool:
+    """No peak cached, or one measured on a busy machine (or below what fewer threads did: `fewer`) while this
+    one is quiet now."""
+    doubtful = _measured_busy(entry) or _below(entry, fewer) if entry is not None else False
+    return entry is None or (doubtful and not _busy(os.getloadavg()[0], os.cpu_count()))
+
+
+def _below(entry: dict | None, fewer: dict | None) -> bool:
+    """A peak lower than fewer threads of the same path reached, and not since confirmed by a quiet measurement:
+    more threads never lower what the hardware can do, so another process held it down (a 2-thread fp32 peak
+    measured at load 2.6 on 2 cores, below the load average's threshold, was 46 of the 1-thread's 77 GFLOP/s,
+    and a model's MFU came out above 1)."""
+    return (entry is not None and fewer is not None and entry["tflops"] < fewer["tflops"]
+            and "quiet_check" not in entry and "below_fewer_checked" not in entry)
+
+
+def _fewer_threads(path: str, threads: int) -> dict | None:
+    """The best cached peak of `path` with fewer threads (a floor: the machine can always run on fewer)."""
+    cache = _read_cache()
+    found = [cache[key] for t in range(1, threads) if (key := _cache_key(path, t)) in cache]
+    return max(found, key=lambda entry: entry["tflops"], default=None)
 
 
 def _source(entry: dict) -> str:
@@ -294,6 +312,13 @@ def _source(entry: dict) -> str:
     if _measured_busy(entry):
         text += (f"; measured under load {entry['load_avg_1m']:.1f} on {entry.get('cpu_count') or 1} cores: "
                  "measured again once the machine is quiet, or now with `bench peak --force`")
+    if "held_over" in entry:
+        over = entry["held_over"]
+        text += (f"; the {entry['threads']}-thread peak held: {over['threads']} threads measured only "
+                 f"{over['tflops']:.3g} TFLOP/s ({over['measured_at'][:10]}, load {over.get('load_avg_1m') or 0:.1f}), "
+                 + ("no more on a quiet machine either" if over.get("checked") else
+                    "held down by another process: measured again once the machine is quiet, or now with "
+                    "`bench peak --force`"))
     return text
 
 
@@ -329,19 +354,25 @@ def _path_peak(path: str, threads: int, measure: bool, force: bool) -> dict | No
     not measured again)."""
     key = _cache_key(path, threads)
     entry = None if force else _read_cache().get(key)
-    if not measure or not _to_measure(entry):
-        return entry
-    with locked(cache_path().parent):
-        entry = None if force else _read_cache().get(key)  # another process may have measured
-        if _to_measure(entry):
-            fresh = measure_path_peak(path, threads)
-            if entry is None or fresh["tflops"] >= entry["tflops"]:
-                entry = fresh
-            else:  # the load did not hold the first one down: it stands, and is not measured again
-                entry = {**entry, "quiet_check": {k: fresh[k] for k in ("tflops", "measured_at", "load_avg_1m")}}
-            cache = _read_cache()
-            cache[key] = entry
-            atomic_write_text(cache_path(), json.dumps(cache, indent=1, sort_keys=True))
+    fewer = _fewer_threads(path, threads)
+    if measure and _to_measure(entry, fewer):
+        with locked(cache_path().parent):
+            entry = None if force else _read_cache().get(key)  # another process may have measured
+            if _to_measure(entry, fewer):
+                fresh = measure_path_peak(path, threads)
+                if entry is None or fresh["tflops"] >= entry["tflops"]:
+                    entry = fresh
+                else:  # the load did not hold the first one down: it stands, and is not measured again
+                    entry = {**entry, "quiet_check": {k: fresh[k] for k in ("tflops", "measured_at", "load_avg_1m")}}
+                if _below(entry, fewer):  # quiet, and still below fewer threads: this machine's own (SMT siblings)
+                    entry = {**entry, "below_fewer_checked": True}
+                cache = _read_cache()
+                cache[key] = entry
+                atomic_write_text(cache_path(), json.dumps(cache, indent=1, sort_keys=True))
+    if entry is not None and fewer is not None and fewer["tflops"] > entry["tflops"]:
+        # What fewer threads did is a floor of this many threads' peak (never shown, nor cached, as more)
+        over = {k: entry.get(k) for k in ("threads", "tflops", "measured_at", "load_avg_1m")}
+        return {**fewer, "held_over": {**over, "checked": bool(entry.get("below_fewer_checked"))}}
     return entry
 
 
