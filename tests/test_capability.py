@@ -15,7 +15,7 @@ import torch
 
 from bench_core import BenchConfig, ConfigError, capability
 
-from bench_core.measure import efficiency, flops, peaks
+from bench_core.measure import efficiency, mfu_peak, peaks
 from bench_core.capability import EMULATED, NATIVE, UNSUPPORTED, CpuFacts, cpu_support, cuda_support
 from bench_core.workload.precision import PRECISIONS
 
@@ -232,7 +232,7 @@ def test_on_an_avx2_only_cpu_bf16_is_emulated_warned_marked_and_divided_by_the_f
         assert row["cpu_isa_dispatch"] == "AVX2" and "ONEDNN_MAX_CPU_ISA=AVX2" in row["cpu_dispatch_env"]
         assert row["mfu"] is None or 0 < row["mfu"] <= 1
     cache = json.loads((tmp_path / "notebook-bench" / "cpu_peak.json").read_text())
-    assert len(cache) == 2 and all(flops.PEAK_METHOD in key and "AVX2" in key for key in cache)
+    assert len(cache) == 2 and all(mfu_peak.PEAK_METHOD in key and "AVX2" in key for key in cache)
     fp32 = next(v for k, v in cache.items() if "| float32 |" in k)
     assert rows[0]["peak_tflops"] >= fp32["tflops"] > 0
     if rows[0]["peak_tflops"] == fp32["tflops"]:
@@ -254,13 +254,13 @@ def test_a_native_run_has_no_warning_and_says_native():
 def short_peaks(monkeypatch) -> None:
     """Peaks measured for real, each op timed its least number of times (CPU_PEAK_REPEATS) rather than
     for a second: which path is measured, and what is cached, is what these tests check."""
-    monkeypatch.setattr(flops, "CPU_PEAK_BUDGET_S", 0.0)
+    monkeypatch.setattr(mfu_peak, "CPU_PEAK_BUDGET_S", 0.0)
 
 
 def test_a_native_reduced_precision_peak_is_measured_on_its_own_path(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     short_peaks(monkeypatch)
-    fp32, amp = flops.cpu_peak("fp32", 1), flops.cpu_peak("amp-bf16", 1)
+    fp32, amp = mfu_peak.cpu_peak("fp32", 1), mfu_peak.cpu_peak("amp-bf16", 1)
     assert amp.tflops >= fp32.tflops
     assert "autocast bfloat16" in amp.source or amp.source.startswith("the fp32 peak held: ")
 
@@ -272,9 +272,9 @@ def test_an_old_cached_peak_is_not_reused(tmp_path, monkeypatch):
     old = {f"{cpu_model()} | torch {torch.__version__} | 1 threads | float32":
            {"tflops": 1e-6, "n": 512, "dtype": "float32", "threads": 1, "repeats": 3,
             "measured_at": "2026-01-01T00:00:00+00:00"}}
-    flops.cache_path().parent.mkdir(parents=True)
-    flops.cache_path().write_text(json.dumps(old))
-    assert flops.cpu_peak("fp32", 1, measure=False).tflops is None
+    mfu_peak.cache_path().parent.mkdir(parents=True)
+    mfu_peak.cache_path().write_text(json.dumps(old))
+    assert mfu_peak.cpu_peak("fp32", 1, measure=False).tflops is None
 
 
 def test_a_peak_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
@@ -285,15 +285,15 @@ def test_a_peak_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(tm
     short_peaks(monkeypatch)
     busy = {"tflops": 1e-6, "op": "1024x1024 linear", "path": "float32", "threads": 1, "repeats": 3,
             "measured_at": "2026-11-24T00:19:53+00:00", "load_avg_1m": 40.0, "cpu_count": 2}
-    flops.cache_path().parent.mkdir(parents=True)
-    flops.cache_path().write_text(json.dumps({flops._cache_key("float32", 1): busy}))
-    monkeypatch.setattr(flops.os, "getloadavg", lambda: (50.0, 50.0, 50.0))  # still busy: kept, and said
-    peak = flops.cpu_peak("fp32", 1)
+    mfu_peak.cache_path().parent.mkdir(parents=True)
+    mfu_peak.cache_path().write_text(json.dumps({mfu_peak._cache_key("float32", 1): busy}))
+    monkeypatch.setattr(mfu_peak.os, "getloadavg", lambda: (50.0, 50.0, 50.0))  # still busy: kept, and said
+    peak = mfu_peak.cpu_peak("fp32", 1)
     assert peak.tflops == 1e-6 and "measured under load 40.0 on 2 cores" in peak.source
-    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # quiet now: measured again
-    peak = flops.cpu_peak("fp32", 1)
+    monkeypatch.setattr(mfu_peak.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # quiet now: measured again
+    peak = mfu_peak.cpu_peak("fp32", 1)
     assert peak.tflops > 1e-3 and "under load" not in peak.source
-    (entry,) = json.loads(flops.cache_path().read_text()).values()
+    (entry,) = json.loads(mfu_peak.cache_path().read_text()).values()
     assert entry["tflops"] == peak.tflops and entry["load_avg_1m"] == 0.0
 
 
@@ -305,17 +305,17 @@ def test_a_busy_peak_that_a_quiet_one_does_not_beat_stands_and_is_measured_no_mo
     short_peaks(monkeypatch)
     busy = {"tflops": 1e6, "op": "1024x1024 linear", "path": "float32", "threads": 1, "repeats": 3,
             "measured_at": "2026-11-24T00:19:53+00:00", "load_avg_1m": 40.0, "cpu_count": 2}
-    flops.cache_path().parent.mkdir(parents=True)
-    flops.cache_path().write_text(json.dumps({flops._cache_key("float32", 1): busy}))
-    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    mfu_peak.cache_path().parent.mkdir(parents=True)
+    mfu_peak.cache_path().write_text(json.dumps({mfu_peak._cache_key("float32", 1): busy}))
+    monkeypatch.setattr(mfu_peak.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     measured = []
-    real = flops.measure_path_peak
-    monkeypatch.setattr(flops, "measure_path_peak", lambda *a: measured.append(a) or real(*a))  # counts calls
-    first, second = flops.cpu_peak("fp32", 1), flops.cpu_peak("fp32", 1)
+    real = mfu_peak.measure_path_peak
+    monkeypatch.setattr(mfu_peak, "measure_path_peak", lambda *a: measured.append(a) or real(*a))  # counts calls
+    first, second = mfu_peak.cpu_peak("fp32", 1), mfu_peak.cpu_peak("fp32", 1)
     assert len(measured) == 1 and first == second and first.tflops == 1e6
     assert "measured under load 40.0, then again on a quiet machine" in first.source
     assert "measured again once the machine is quiet" not in first.source
-    (entry,) = json.loads(flops.cache_path().read_text()).values()
+    (entry,) = json.loads(mfu_peak.cache_path().read_text()).values()
     assert entry["tflops"] == 1e6 and 0 < entry["quiet_check"]["tflops"] < 1e6
 
 
@@ -329,21 +329,21 @@ def test_a_peak_below_what_fewer_threads_did_is_held_at_theirs_and_measured_agai
     one = {"tflops": 1e6, "op": "1024x1024 linear", "path": "float32", "threads": 1, "repeats": 3,
            "measured_at": "2026-11-28T04:04:27+00:00", "load_avg_1m": 0.5, "cpu_count": 2}
     low = {**one, "tflops": 1e-6, "threads": 2, "measured_at": "2026-11-28T04:35:47+00:00", "load_avg_1m": 2.6}
-    flops.cache_path().parent.mkdir(parents=True)
-    flops.cache_path().write_text(json.dumps({flops._cache_key("float32", 1): one, flops._cache_key("float32", 2): low}))
+    mfu_peak.cache_path().parent.mkdir(parents=True)
+    mfu_peak.cache_path().write_text(json.dumps({mfu_peak._cache_key("float32", 1): one, mfu_peak._cache_key("float32", 2): low}))
     measured = []
-    real = flops.measure_path_peak
-    monkeypatch.setattr(flops, "measure_path_peak", lambda *a: measured.append(a) or real(*a))  # counts calls
-    monkeypatch.setattr(flops.os, "getloadavg", lambda: (50.0, 50.0, 50.0))  # busy: not measured, the floor holds
-    busy = flops.cpu_peak("fp32", 2)
+    real = mfu_peak.measure_path_peak
+    monkeypatch.setattr(mfu_peak, "measure_path_peak", lambda *a: measured.append(a) or real(*a))  # counts calls
+    monkeypatch.setattr(mfu_peak.os, "getloadavg", lambda: (50.0, 50.0, 50.0))  # busy: not measured, the floor holds
+    busy = mfu_peak.cpu_peak("fp32", 2)
     assert measured == [] and busy.tflops == 1e6
     assert "the 1-thread peak held: 2 threads measured only 1e-06 TFLOP/s" in busy.source
     assert "held down by another process" in busy.source
-    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # quiet: measured again, once
-    first, second = flops.cpu_peak("fp32", 2), flops.cpu_peak("fp32", 2)
+    monkeypatch.setattr(mfu_peak.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # quiet: measured again, once
+    first, second = mfu_peak.cpu_peak("fp32", 2), mfu_peak.cpu_peak("fp32", 2)
     assert measured == [("float32", 2)] and first == second and first.tflops == 1e6  # (no 2-thread run reaches 1e6)
     assert "no more on a quiet machine either" in first.source
-    entry = json.loads(flops.cache_path().read_text())[flops._cache_key("float32", 2)]
+    entry = json.loads(mfu_peak.cache_path().read_text())[mfu_peak._cache_key("float32", 2)]
     assert 1e-6 < entry["tflops"] < 1e6 and entry["below_fewer_checked"]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from bench_core import cli, run_benchmark
 
-from bench_core.measure import efficiency, flops
+from bench_core.measure import efficiency, flops, mfu_peak
 from bench_core.measure import noise
 
 
@@ -15,7 +15,7 @@ def peak_cache(tmp_path_factory):
     """A fresh per-module peak cache: the first run measures the CPU peak, later ones reuse it."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-        yield flops.cache_path()
+        yield mfu_peak.cache_path()
 
 
 @pytest.fixture(scope="module")
@@ -134,15 +134,15 @@ def test_repeats_that_disagree_flag_every_row_of_the_configuration():
 
 def test_cpu_peak_not_measured_when_told_not_to(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    peak = flops.peak_for("cpu", "x", "bf16", threads=1, measure=False)
+    peak = mfu_peak.peak_for("cpu", "x", "bf16", threads=1, measure=False)
     assert peak.tflops is None and "run `bench peak`" in peak.source
-    assert flops.peak_for("mps", "Apple MPS", "fp32").tflops is None
+    assert mfu_peak.peak_for("mps", "Apple MPS", "fp32").tflops is None
 
 
 def test_bench_peak_measures_once_then_reads_the_cache(peak_cache, capsys, monkeypatch):
     # A quiet machine: the suite's own workers can push the load average past the busy mark, and a
     # peak measured under load is measured again (tests/test_capability.py checks that rule).
-    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(mfu_peak.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert cli.main(["peak", "--precision", "fp32", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first[0]["precision"] == "fp32" and first[0]["peak_tflops"] > 0

@@ -12,7 +12,7 @@ from bench_core.config.schema import validate_device_name
 from bench_core.devices import Backend, resolve_device
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.measure import environment
-from bench_core.measure.flops import cache_path, cpu_peak, peak_for
+from bench_core.measure.mfu_peak import cache_path, cpu_peak, peak_for
 from bench_core.measure.peaks import PEAK_CLASS
 from bench_core.workload.models import library_models, model_table, params_text
 from bench_core.workload.precision import resolve_precision

@@ -5,7 +5,7 @@ A flag never removes a row; it only says why a reader should doubt it.
 """
 from __future__ import annotations
 
-from bench_core.measure import flops
+from bench_core.measure import mfu_peak
 from bench_core.measure.noise import noise_flags
 from bench_core.workload.precision import resolve_precision
 
@@ -26,7 +26,7 @@ def _flops_columns(row: dict) -> dict:
     if not row.get("device_type") or not row.get("precision") or row.get("mfu_note"):
         return out  # mfu_note: the task says why MFU does not apply (memory-bound lookups): no peak, no MFU
     # Measure a missing CPU peak only when there is something to divide (it takes ~1-2 s).
-    peak = flops.peak_for(row["device_type"], row.get("device_name"), row["precision"],
+    peak = mfu_peak.peak_for(row["device_type"], row.get("device_name"), row["precision"],
                           threads=row.get("threads"), measure=achieved is not None)
     out.update(peak_tflops=peak.tflops, peak_source=peak.source)
     if achieved is not None and peak.tflops:
@@ -36,7 +36,7 @@ def _flops_columns(row: dict) -> dict:
     if resolve_precision(row["precision"]).float8_recipe:
         # Which peak fp8 MFU divides by is disputed (torchtitan's users asked): the FP8 one (mfu) and the
         # BF16 one, both stated.
-        bf16 = flops.peak_for(row["device_type"], row.get("device_name"), "amp-bf16", measure=False)
+        bf16 = mfu_peak.peak_for(row["device_type"], row.get("device_name"), "amp-bf16", measure=False)
         out["peak_tflops_bf16"] = bf16.tflops
         if achieved is not None and bf16.tflops:
             out["mfu_bf16_peak"] = achieved / (bf16.tflops * (row.get("world_size") or 1))

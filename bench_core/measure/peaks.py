@@ -1,7 +1,7 @@
 """Dense peak FLOP/s, the figure MFU divides by: the `Peak` record, and for GPUs the spec-sheet table
 (data/gpu_peaks.csv: dense peaks per precision class, memory, links, power, each with its source).
 Free of torch, so the report's kernel reads the table without importing it; CPU peaks are measured
-in measure/flops.py.
+in measure/mfu_peak.py.
 """
 from __future__ import annotations
 

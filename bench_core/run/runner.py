@@ -17,7 +17,7 @@ from bench_core.capability import EMULATED, UNSUPPORTED, Support, emulated_warni
 from bench_core.config.schema import BenchConfig
 from bench_core.devices import Backend, numerics_state, resolve_device, restore_numerics
 from bench_core.errors import ConfigError, from_outside, interrupted_by, when_stuck
-from bench_core.measure import efficiency, environment, flops, noise, telemetry
+from bench_core.measure import efficiency, environment, flops, mfu_peak, noise, telemetry
 from bench_core.results.disturbed import disturbances
 from bench_core.results.rows import error_message, failure_row, finish_row, run_fields
 from bench_core.run import busy, comm_overlap, ddp, estimate, float8, memory_estimate, profiling, reference, sharding
@@ -217,7 +217,7 @@ class Session:
                    **task.model_facts(model))
         formula = task.formula_flops(model, cfg)  # before any cast: it counts parameters, not bytes
         with phases("peak"):
-            peak = flops.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads(),
+            peak = mfu_peak.peak_for(device.type, backend.device_name(), precision.name, threads=torch.get_num_threads(),
                                   measure=estimate.may_be_long(cfg, formula)) if formula else None
         warned = estimate.check_formula(cfg, task, formula, peak)  # before any step
         input_dtype = getattr(torch, precision.cast_dtype) if precision.cast_dtype else torch.float32
