@@ -44,6 +44,12 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def cache_folder(name: str) -> Path:
+    """A folder of notebook-bench's cache for one kind of thing (a CPU's peaks, traces, serving models):
+    $XDG_CACHE_HOME/notebook-bench/NAME, ~/.cache when unset. Not created here."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "notebook-bench" / name
+
+
 def check_writable(folder: Path | str, field: str = "out") -> Path:
     """Check, before anything is measured, that results can be written under `folder`: a run
     that cannot save them fails at once (one line naming the path and why), not after measuring.

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from bench_core.capability import cpu_facts, cpu_model
-from bench_core.files import atomic_write_text, locked
+from bench_core.files import atomic_write_text, cache_folder, locked
 from bench_core.measure.peaks import Peak, gpu_peak
 from bench_core.workload.precision import resolve_precision
 
@@ -46,8 +46,7 @@ def peak_for(device_type: str, device_name: str | None, precision: str, threads:
 # -- CPU: measured on the workload's kernel path, cached per machine ------------------------------
 
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "notebook-bench" / "cpu_peak.json"
+    return cache_folder("") / "cpu_peak.json"
 
 
 def _cpu_path(prec) -> str:

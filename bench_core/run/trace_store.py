@@ -16,10 +16,9 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-import os
 from pathlib import Path
 
-from bench_core.files import atomic_write_text
+from bench_core.files import atomic_write_text, cache_folder
 
 LIBRARIES = ("torch", "torchvision", "timm", "transformers", "diffusers", "segmentation-models-pytorch", "torchao")
 # Fields that change how long a run takes or where its rows go, never the shapes a step makes.
@@ -30,8 +29,7 @@ VERSION = 1  # of this file's format
 
 
 def folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "notebook-bench" / "traces"
+    return cache_folder("traces")
 
 
 @functools.cache

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Callable
 
 from bench_core.errors import ConfigError
-from bench_core.files import atomic_write_text
+from bench_core.files import atomic_write_text, cache_folder
 from bench_core.workload.models import resolve_model
 
 # Heavy optional imports (transformers, tokenizers, torch) happen inside the functions that need
@@ -42,8 +41,7 @@ BPE_VOCAB = 1000  # the tokenizer's learned vocabulary, before padding to the mo
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "notebook-bench" / "serving-models"
+    return cache_folder("serving-models")
 
 
 def model_config(model: str) -> dict:
