@@ -326,6 +326,7 @@ def plot_step_times(rows: list[dict]):
         print("No timed window to plot (no configuration finished with status ok).")
         return None
     from matplotlib.ticker import LogFormatterSciNotation, MaxNLocator
+    plain = _plain_log_labels(LogFormatterSciNotation)
     cols = min(len(groups), 2)
     nrows = math.ceil(len(groups) / cols)
     # JupyterLab shows the SVG at its own size, not shrunk to the output area: 8 inches (768 px)
@@ -352,8 +353,8 @@ def plot_step_times(rows: list[dict]):
         ax.set_yscale("log")
         # plain numbers (2, 5, 10, 20 ms): the log axis's own labels are mathtext, laid out by a parser, a second
         # of the cell's CPU for a sweep's panels, in each of its two image formats
-        ax.yaxis.set_major_formatter(_plain_log_labels(LogFormatterSciNotation)())
-        ax.yaxis.set_minor_formatter(_plain_log_labels(LogFormatterSciNotation)(labelOnlyBase=False))
+        ax.yaxis.set_major_formatter(plain())
+        ax.yaxis.set_minor_formatter(plain(labelOnlyBase=False))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("step (timed windows of all repeats, in order)")
         ax.set_ylabel("step time, ms (log)")
