@@ -194,10 +194,12 @@ class _CyclicNet(nn.Module):
 register_model(ModelSpec("test_cyclic_net", "classification", lambda cfg: _CyclicNet(), default_size=(8, 8, None)))
 
 
-def test_a_session_freezes_what_was_there_and_still_frees_each_configuration_s_model():
+def test_a_session_freezes_what_was_there_and_still_frees_each_configuration_s_model(monkeypatch, tmp_path):
     """old_objects_frozen: one full collection at the start, the objects already there frozen (later
     collections skip them), and each configuration's model freed at its end even when only the
     collector can free it; on leaving, the collector is as before. Nested sessions change nothing."""
+    from bench_core.run import trace_store
+    monkeypatch.setattr(trace_store, "folder", lambda: tmp_path)  # no trace kept by an earlier run: each is made
     gc.unfreeze()  # the suite froze its imports (conftest.py); a session freezes where nothing is frozen
     try:
         with old_objects_frozen():
