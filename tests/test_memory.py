@@ -168,21 +168,40 @@ def allocated_by_a_cpu_step(cfg: BenchConfig) -> tuple[int, int]:
     return peak, batch
 
 
-@pytest.mark.parametrize("changes", [
+ALLOCATED = [
     dict(model="resnet18", width=64, height=64, batch_size=8),
     dict(model="fasterrcnn", width=128, height=128, batch_size=1),  # its traced part: detection.traced_part
     dict(model="llama-tiny", seq_len=128, batch_size=2, optimizer="adamw"),
     dict(model="whisper-micro", batch_size=4),
     dict(model="sd-unet-tiny", latent_size=32, batch_size=8),
     dict(model="dlrm", rows_per_table=10_000, batch_size=256),
-], ids=lambda c: c["model"])
-def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(changes):
+]
+
+
+@pytest.fixture(scope="module")
+def cpu_allocations() -> dict:
+    """allocated_by_a_cpu_step of every ALLOCATED configuration, in one process of their own, in this order: what
+    the allocator gives out depends on what the process ran before (DLRM's step: 21.7 MB in a fresh process,
+    19.4 to 21.6 MB after other runs in the same one), so a suite worker's history would decide the test."""
+    import subprocess
+    import sys
+    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nfrom test_memory import ALLOCATED, allocated_by_a_cpu_step\n"
+            "from bench_core import BenchConfig\n"
+            "print(json.dumps([allocated_by_a_cpu_step(BenchConfig(**c, device='cpu')) for c in ALLOCATED]))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {c["model"]: tuple(found) for c, found in zip(ALLOCATED, json.loads(done.stdout.splitlines()[-1]))}
+
+
+@pytest.mark.parametrize("changes", ALLOCATED, ids=lambda c: c["model"])
+def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(changes, cpu_allocations):
     # What the step allocates beyond what it starts with (parameters, optimizer state, the batch), traced on
     # fake tensors against torch's CPU allocator counting it, its kernels' own workspaces left out (they are
     # the CPU kind's, and the estimate says it does not count them).
     cfg = BenchConfig(**changes, device="cpu")
     found = estimated(cfg, device_type="cpu")
-    allocated, batch = allocated_by_a_cpu_step(cfg)
+    allocated, batch = cpu_allocations[changes["model"]]
     assert found.total - found.parameters - found.optimizer - batch == pytest.approx(allocated, rel=0.10), found.text()
 
 
