@@ -424,9 +424,12 @@ def test_the_report_of_a_real_gpu_run_sets_lambdal_beside_ours(run, tmp_path):
     out = tmp_path / "gpu"
     proc = subprocess.run(["cp", "-r", str(run), str(out)], capture_output=True)
     assert proc.returncode == 0
-    proc = bench("report", str(out))
+    proc = bench("report", str(out), "--svg")
     assert proc.returncode == 0, proc.stderr[-2000:]
     page = (out / "report.html").read_text()
+    charts = [o.get("data", {}) for c in json.loads((out / "summary.ipynb").read_text())["cells"]
+              for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert charts and all("image/svg+xml" in c for c in charts)  # --svg: each chart's SVG in the notebook beside it
     for section in ("Throughput", "AMP speed-up", "Serving", "Published figures", "Efficiency"):
         assert f">{section}<" in page or f">{section}¶" in page or f'id="{section.replace(" ", "-")}"' in page, section
     published = page[page.index('id="Published-figures"'):]

@@ -73,6 +73,7 @@ from bench_core.summary.html import (  # noqa: F401 - re-exported
     sort_table,
     table_html,
 )
+from bench_core.summary.figures import vector_charts  # noqa: F401 - re-exported
 from bench_core.summary.kinds import (  # noqa: F401 - re-exported
     instance_spread,
     kind_comparison,

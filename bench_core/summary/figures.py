@@ -1,5 +1,6 @@
-"""How a chart is shown: a PNG at 2x (sharp on high-dpi screens; the report embeds it) and an SVG
-(JupyterLab draws it in a trusted notebook), each cut to the chart's own box, with its text alternative.
+"""How a chart is shown: a PNG at 2x (sharp on high-dpi screens; the report embeds it) and, where someone may
+look at the notebook itself, an SVG (JupyterLab draws it in a trusted notebook), each cut to the chart's own box,
+with its text alternative.
 """
 from __future__ import annotations
 
@@ -15,10 +16,20 @@ PNG_COMPRESS_LEVEL = 3       # zlib level of a chart's PNG (see png_bytes)
 # viewBox kept): the output area of a notebook in a 1,280 px window with JupyterLab's file browser open
 # (tests/test_lab.py's OUTPUT_AREA_PX). The report shows the PNG, max-width 100 % of its page.
 SVG_MAX_PX = 800
+# Whether a chart is also shown as an SVG (vector_charts): yes in a notebook run by hand, where JupyterLab shows it;
+# `bench report` turns it off (its page embeds the PNG, and the executed notebook it leaves is not trusted, so
+# JupyterLab shows the PNG there too) unless asked (--svg): the SVG was a quarter of a chart's CPU.
+_SVG = [True]
+
+
+def vector_charts(on: bool = True) -> None:
+    """Whether the charts shown from now on carry an SVG beside their PNG (the summary notebook's `svg`)."""
+    _SVG[0] = bool(on)
 
 
 def show_figure(fig, alt: str) -> None:
-    """Show a chart as a PNG at 2x (sharp text on high-dpi screens) and as an SVG, with `alt` as its text.
+    """Show a chart as a PNG at 2x (sharp text on high-dpi screens) and, unless vector_charts(False), as an SVG,
+    with `alt` as its text.
 
     The report embeds the PNG (report.py prefers it); JupyterLab shows the SVG, or the PNG in a
     notebook that is not trusted (an image output always shows; HTML may be sanitized)."""
@@ -26,15 +37,16 @@ def show_figure(fig, alt: str) -> None:
 
     import matplotlib.pyplot as plt
     from IPython.display import display
-    svg = io.StringIO()
-    png_box, svg_box = tight_boxes(fig, DISPLAY_DPI * PIXEL_RATIO)
+    png_box, svg_box = tight_boxes(fig, DISPLAY_DPI * PIXEL_RATIO, svg=_SVG[0])
     png = png_bytes(fig, png_box, DISPLAY_DPI * PIXEL_RATIO)
-    fig.savefig(svg, format="svg", bbox_inches=svg_box, facecolor="white")
+    shown = {"image/png": base64.b64encode(png).decode(), "text/plain": alt}
+    if svg_box is not None:
+        svg = io.StringIO()
+        fig.savefig(svg, format="svg", bbox_inches=svg_box, facecolor="white")
+        shown["image/svg+xml"] = fit_svg(svg.getvalue())
     plt.close(fig)
     width_px = int.from_bytes(png[16:20], "big") // PIXEL_RATIO  # the PNG IHDR chunk holds the width
-    display({"image/png": base64.b64encode(png).decode(), "image/svg+xml": fit_svg(svg.getvalue()),
-             "text/plain": alt},
-            metadata={"image/png": {"width": width_px}}, raw=True)
+    display(shown, metadata={"image/png": {"width": width_px}}, raw=True)
 
 
 def fit_svg(svg: str, max_px: float = SVG_MAX_PX) -> str:
@@ -72,8 +84,9 @@ def png_bytes(fig, box, dpi: float) -> bytes:
     return png.getvalue()
 
 
-def tight_boxes(fig, png_dpi: float) -> tuple:
-    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG.
+def tight_boxes(fig, png_dpi: float, svg: bool = True) -> tuple:
+    """The areas that savefig(bbox_inches="tight") saves of `fig` as a PNG at png_dpi and as an SVG (None
+    without `svg`).
 
     savefig measures its box anew for each file, after a draw that renders nothing (to place what is
     placed at draw time), and makes that draw whenever the figure has a layout engine, even with a box
@@ -88,9 +101,11 @@ def tight_boxes(fig, png_dpi: float) -> tuple:
     try:
         fig.dpi = png_dpi
         png_box = fig.get_tightbbox().padded(pad)
-        fig.dpi = 72  # an SVG is drawn in points
-        width, height = fig.get_size_inches() * 72
-        svg_box = fig.get_tightbbox(RendererSVG(width, height, io.StringIO())).padded(pad)
+        svg_box = None
+        if svg:
+            fig.dpi = 72  # an SVG is drawn in points
+            width, height = fig.get_size_inches() * 72
+            svg_box = fig.get_tightbbox(RendererSVG(width, height, io.StringIO())).padded(pad)
     finally:
         fig.dpi = shown_dpi
     fig.set_layout_engine(None)

@@ -22,7 +22,7 @@ HIDDEN_TAGS = {"parameters", "injected-parameters", "notebook-only"}
 # nbconvert's "lab" template without its CDN scripts (require.js, MathJax, Mermaid): see its index.html.j2.
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "offline"
-# A chart is shown as PNG and SVG: the report embeds the PNG (smaller, and the same pixels everywhere).
+# A chart is shown as PNG (and SVG where asked): the report embeds the PNG (smaller, the same pixels everywhere).
 DISPLAY_PRIORITY = ["text/html", "text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/plain"]
 CELL_TIMEOUT_S = 600
 # What ITables writes for a notebook whose scripts do not run: "This is the init_notebook_mode cell
@@ -38,10 +38,11 @@ class ReportError(RuntimeError):
 
 
 def build_report(result_dirs: list[Path], out_html: Path, title: str = "", baseline: str = "",
-                 predict_gpus: list[str] | None = None, prices: list[str] | None = None) -> Path:
+                 predict_gpus: list[str] | None = None, prices: list[str] | None = None, svg: bool = False) -> Path:
     """Execute the summary notebook into <out_html dir>/summary.ipynb, then write out_html (atomically).
     predict_gpus, prices: the GPUs the report predicts and their prices per GPU-hour (NAME=PRICE texts),
-    checked by the caller (specs.gpu_list, prices.parse_prices); empty: the defaults."""
+    checked by the caller (specs.gpu_list, prices.parse_prices); empty: the defaults. svg: the executed
+    notebook's charts carry an SVG beside their PNG (the page embeds the PNG either way)."""
     import papermill
 
     out_html = Path(out_html).resolve()
@@ -50,7 +51,7 @@ def build_report(result_dirs: list[Path], out_html: Path, title: str = "", basel
     executed = out_dir / "summary.ipynb"
     parameters = {"result_dirs": [str(Path(d).resolve()) for d in result_dirs], "title": str(title or ""),
                   "baseline": str(baseline or ""), "predict_gpus": list(predict_gpus or []),
-                  "prices": list(prices or [])}
+                  "prices": list(prices or []), "svg": bool(svg)}
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".summary.", suffix=".ipynb")
     os.close(fd)
     # papermill logs every cell at INFO; the report command prints only the path.
