@@ -331,6 +331,39 @@ def test_a_burst_stops_a_point_waiting_on_a_trace_in_seconds_with_its_row_and_no
     assert workers and not psutil.wait_procs(workers, timeout=15)[1]
 
 
+@pytest.mark.slow
+def test_a_run_killed_outright_leaves_no_client_worker_waiting_on_its_trace(session, folder, tmp_path):
+    """A full suite run left the two client workers of the test above behind, waiting on the far arrival (one
+    worker had taken both start-up tasks, so the stop knew one process id). Each worker now dies with the process
+    that runs its point (PR_SET_PDEATHSIG): even a SIGKILL, which no handler sees, leaves none."""
+    trace = tmp_path / "far.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
+                     '{"timestamp": 3000000, "input_length": 8, "output_length": 4}\n')
+    command = [sys.executable, "-m", "bench_core", "run", "--mode", "serve", "--model", "llama-tiny", "--model-dir",
+               str(folder), "--server-url", session.server.url, "--served-model", session.model, "--trace-file",
+               str(trace), "--client-workers", "2", "--steps", "2", "--warmup-steps", "1", "--repeats", "1",
+               "--out", str(tmp_path / "out")]
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_SERVING_DIR"}
+    bench = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        lines: list[str] = []
+        while not lines or "repeat 1/1" not in lines[-1]:
+            lines.append(bench.stderr.readline())
+            assert lines[-1], "".join(lines[-5:])
+        def client_workers() -> list:
+            return [p for p in psutil.Process(bench.pid).children(recursive=True)
+                    if "spawn_main" in " ".join(p.cmdline())]
+        deadline = time.monotonic() + 60
+        while len(workers := client_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # both workers started
+        assert len(workers) == 2
+    finally:
+        bench.kill()
+        bench.wait(timeout=60)
+    assert not psutil.wait_procs(workers, timeout=15)[1]  # none left (they held its stderr open: read() would hang)
+    assert bench.stderr.read() is not None
+
+
 def test_the_report_draws_the_serving_section_from_serving_rows(session, folder, tmp_path):
     from bench_core import results
     from bench_core.summary.load import load_results

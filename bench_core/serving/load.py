@@ -33,6 +33,7 @@ import itertools
 import os
 import random
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -261,7 +262,8 @@ def _run_in_workers(load: Load, url: str, make_body, metrics_url: str) -> PointR
     due = list(itertools.accumulate(load.gaps()))
     workers = min(load.workers, load.requests)
     context = multiprocessing.get_context("spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_die_with_parent,
+                                                  initargs=(os.getpid(),))
     pids: list[int] = []
     try:
         pids = list(pool.map(_ready, [START_SLACK_S] * workers))  # each on a process of its own, ready to send
@@ -276,8 +278,10 @@ def _run_in_workers(load: Load, url: str, make_body, metrics_url: str) -> PointR
         parts = list(pool.map(_worker, shares))
     except BaseException:
         # Ctrl-C, SIGTERM: a share may wait an hour for its trace's next arrival, and a pool's shutdown waits
-        # for every share (a stop hung there, its workers left behind): the workers are killed instead.
-        for pid in set(pids):
+        # for every share (a stop hung there, its workers left behind): the workers are killed instead. Every
+        # process of the pool, not only those that answered _ready: under load one worker can take two of its
+        # tasks before the other has started, and the other was left waiting (a full suite run found it).
+        for pid in set(pids) | set(getattr(pool, "_processes", None) or {}):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         pool.shutdown(wait=False, cancel_futures=True)
@@ -301,6 +305,17 @@ def _worker(share) -> PointResult:
     """One worker process's part of a point: its requests, prebuilt, in order (see _run_in_workers)."""
     load, url, requests, metrics_url = share
     return asyncio.run(_run(load, url, lambda i, user: requests[i], metrics_url))
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A worker's start: Linux kills it (PR_SET_PDEATHSIG) when the process that runs the point dies, even by
+    SIGKILL, so no client is left sending (or waiting on a trace's far arrival) after its run has ended."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the run died before prctl took effect
+        os._exit(1)
 
 
 def _ready(pause: float) -> int:
