@@ -279,8 +279,8 @@ def _run_in_workers(load: Load, url: str, make_body, metrics_url: str) -> PointR
     except BaseException:
         # Ctrl-C, SIGTERM: a share may wait an hour for its trace's next arrival, and a pool's shutdown waits
         # for every share (a stop hung there, its workers left behind): the workers are killed instead. Every
-        # process of the pool, not only those that answered _ready: under load one worker can take two of its
-        # tasks before the other has started, and the other was left waiting (a full suite run found it).
+        # process of the pool, not only those that answered _ready (under load a worker can take two of those
+        # tasks, or the stop come before they answer): a full suite run found both workers left waiting.
         for pid in set(pids) | set(getattr(pool, "_processes", None) or {}):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
