@@ -323,12 +323,15 @@ def test_a_burst_stops_a_point_waiting_on_a_trace_in_seconds_with_its_row_and_no
         bench.wait(timeout=120)
     finally:
         bench.kill()
+    left = psutil.wait_procs(workers, timeout=15)[1]
+    for process in left:  # killed here, so that reading the run's stderr (which they hold open) ends
+        process.kill()
     stderr = bench.stderr.read()
     assert bench.returncode in (130, 143), stderr[-2000:]
     (row,) = read_run(next(out.glob("runs/*")))
     assert row["status"] == "interrupted" and "stopped by" in row["message"]
     assert "stopping without waiting" not in stderr  # the stop itself ended, not the watchdog
-    assert workers and not psutil.wait_procs(workers, timeout=15)[1]
+    assert workers and not left, left
 
 
 @pytest.mark.slow
@@ -360,8 +363,10 @@ def test_a_run_killed_outright_leaves_no_client_worker_waiting_on_its_trace(sess
     finally:
         bench.kill()
         bench.wait(timeout=60)
-    assert not psutil.wait_procs(workers, timeout=15)[1]  # none left (they held its stderr open: read() would hang)
-    assert bench.stderr.read() is not None
+    left = psutil.wait_procs(workers, timeout=15)[1]
+    for process in left:
+        process.kill()
+    assert not left, left  # none left (each held the run's stderr open)
 
 
 def test_the_report_draws_the_serving_section_from_serving_rows(session, folder, tmp_path):
