@@ -194,6 +194,8 @@ def cpu_allocations() -> dict:
     return {c["model"]: tuple(found) for c, found in zip(ALLOCATED, json.loads(done.stdout.splitlines()[-1]))}
 
 
+@pytest.mark.alone  # the count pairs each allocation with the op it fell in by the profiler's timestamps: a fresh
+# clone's suite run measured DLRM's step at 19.1 MB in a process of its own, where quiet runs measure 21.7 every time
 @pytest.mark.parametrize("changes", ALLOCATED, ids=lambda c: c["model"])
 def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(changes, cpu_allocations):
     # What the step allocates beyond what it starts with (parameters, optimizer state, the batch), traced on
