@@ -87,6 +87,19 @@ def end_process(code: int | str | None) -> NoReturn:
     sys.exit(code)
 
 
+def die_with_parent(parent_pid: int, signum: int, status: int) -> None:
+    """At the start of a helper process (a sweep's papermill child, a serving point's client worker): Linux
+    sends it `signum` when its parent dies, even by SIGKILL (PR_SET_PDEATHSIG), so nothing is left running
+    after the process that started it. A parent already gone before the request took effect (the helper now
+    belongs to init): exit at once with `status`. Elsewhere than Linux, only that second check."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, int(signum))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(status)
+
+
 def interrupted_exit(exc: KeyboardInterrupt) -> int:
     return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 

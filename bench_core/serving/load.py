@@ -33,11 +33,11 @@ import itertools
 import os
 import random
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from bench_core.errors import die_with_parent
 from bench_core.serving.client import new_client, send
 from bench_core.serving.records import CANCELLED, RequestRecord
 from bench_core.serving.server_metrics import Scraper
@@ -262,8 +262,10 @@ def _run_in_workers(load: Load, url: str, make_body, metrics_url: str) -> PointR
     due = list(itertools.accumulate(load.gaps()))
     workers = min(load.workers, load.requests)
     context = multiprocessing.get_context("spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_die_with_parent,
-                                                  initargs=(os.getpid(),))
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
+                                                  # each dies with the process that runs the point, even by SIGKILL,
+                                                  # so no client is left sending (or waiting on a trace's far arrival)
+                                                  initargs=(os.getpid(), signal.SIGKILL, 1))
     pids: list[int] = []
     try:
         pids = list(pool.map(_ready, [START_SLACK_S] * workers))  # each on a process of its own, ready to send
@@ -305,17 +307,6 @@ def _worker(share) -> PointResult:
     """One worker process's part of a point: its requests, prebuilt, in order (see _run_in_workers)."""
     load, url, requests, metrics_url = share
     return asyncio.run(_run(load, url, lambda i, user: requests[i], metrics_url))
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """A worker's start: Linux kills it (PR_SET_PDEATHSIG) when the process that runs the point dies, even by
-    SIGKILL, so no client is left sending (or waiting on a trace's far arrival) after its run has ended."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the run died before prctl took effect
-        os._exit(1)
 
 
 def _ready(pause: float) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_core import results
-from bench_core.errors import EXIT_INTERRUPTED, end_process
+from bench_core.errors import EXIT_INTERRUPTED, die_with_parent, end_process
 from bench_core.files import skip_iri_grammars
 from bench_core.results.rows import error_message, first_line
 
@@ -46,16 +46,6 @@ def banner(notebook: Path, text: str) -> None:
     results.atomic_write_text(notebook, nbformat.writes(nb))
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGTERM this process when the sweep dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the sweep died before prctl took effect
-        os._exit(EXIT_INTERRUPTED)
-
-
 def _on_term(signum, frame):
     import psutil
     with contextlib.suppress(psutil.Error):
@@ -69,7 +59,7 @@ def child_main(spec_path: str) -> int:
     marks = {"started": time.time()}
     spec = json.loads(Path(spec_path).read_text())
     signal.signal(signal.SIGTERM, _on_term)
-    _die_with_parent(spec["parent_pid"])
+    die_with_parent(spec["parent_pid"], signal.SIGTERM, EXIT_INTERRUPTED)  # the sweep died: so does this
     skip_iri_grammars()
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
