@@ -211,28 +211,3 @@ def test_the_package_imports_and_locks_without_fcntl_and_resource():
 
 def test_importing_the_package_warns_of_nothing():
     subprocess.run([sys.executable, "-W", "error", "-c", "import bench_core, bench_core.cli"], check=True)
-
-
-# A newcomer's first commands: `--help`, and a mistake in the configuration, said without loading torch (about
-# 3 s of a 2-core CPU, 4-5 s of `bench run --help` before). Counted by the modules the process loaded, not timed.
-TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--model", "resnet5O"], ["run", "--batch-size", "0"],
-                       ["run", "--precision", "fp64"], ["find-batch", "--help"], ["compare", "--help"],
-                       ["report", "--help"], ["predict", "--help"], ["diff", "--help"], ["history", "--help"]]
-
-
-def test_help_and_a_refused_configuration_load_no_torch():
-    code = f"""import contextlib, io, sys
-from bench_core.cli import main
-for argv in {TORCH_FREE_COMMANDS!r}:
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    print(argv, code, 'torch' in sys.modules, err.getvalue().strip().splitlines()[-1:] )
-"""
-    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(lines) == len(TORCH_FREE_COMMANDS)
-    for argv, line in zip(TORCH_FREE_COMMANDS, lines):
-        wanted = "0" if argv[-1] == "--help" else "2"  # --help: exit 0; a refused value: bad input, exit 2
-        assert line.startswith(f"{argv!r} {wanted} False"), line

@@ -20,8 +20,10 @@ from bench_core.cli.common import (
 from bench_core.cli.diff import fraction
 from bench_core.config.schema import BenchConfig
 from bench_core.config.yamlfile import load_yaml_mapping
+from bench_core.devices import check_runnable
 from bench_core.files import check_writable
 from bench_core.results.comparison import DISTURBED, MIN_EFFECT
+from bench_core.scenarios.compare import compare, pair_compile, parse_overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,9 +66,6 @@ exit status: 0 a speed verdict, 1 a variant failed or computes wrong results (ro
 def main(args: argparse.Namespace) -> int:
     refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
     base = config_from_args(args)
-    # (torch comes with these: imported once the configuration is checked, not for --help; about 3 s)
-    from bench_core.devices import check_runnable
-    from bench_core.scenarios.compare import compare, pair_compile, parse_overrides
     over_a, over_b = parse_overrides(args.a, "--a"), parse_overrides(args.b, "--b")
     given = _compile_given(args, over_a, over_b)
     # Not given, compile is each variant's precision's default (fp8 compiles), not what the shared part resolved to.

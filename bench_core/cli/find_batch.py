@@ -16,8 +16,10 @@ from bench_core.cli.common import (
     write_json,
 )
 from bench_core.config.schema import DEFAULT_MAX_BATCH, MAX_BATCH
+from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK
 from bench_core.files import check_writable
+from bench_core.launch.batch_search import find_max_batch
 
 # Settings of a benchmark run that a probe does not use: each probe is a fixed short run.
 UNUSED = ("steps", "warmup_steps", "repeats", "min_seconds", "profile")
@@ -51,9 +53,6 @@ def main(args: argparse.Namespace) -> int:
     refuse_flags(args, UNUSED,
                   "does not apply to find-batch: each probe is a fixed 3-step run")
     cfg = config_from_args(args)
-    # (torch comes with these: imported once the configuration is checked, not for --help; about 3 s)
-    from bench_core.devices import check_runnable
-    from bench_core.launch.batch_search import find_max_batch
     check_runnable(cfg)
     if args.out:
         check_writable(args.out)

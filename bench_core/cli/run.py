@@ -19,6 +19,7 @@ from bench_core.cli.common import (
     progress_printer,
     run_summary,
 )
+from bench_core.devices import check_runnable
 from bench_core.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -28,6 +29,8 @@ from bench_core.errors import (
     when_stuck,
 )
 from bench_core.files import check_writable, save_fallback
+from bench_core.launch.dispatch import run_benchmark
+from bench_core.measure import environment
 from bench_core.results.disturbed import disturbed_note
 from bench_core.results.fidelity import is_wrong
 from bench_core.results.rows import failure_row, run_fields
@@ -52,9 +55,6 @@ interrupted row)."""
 
 def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    # (torch comes with these: imported once the configuration is checked, not for --help; about 3 s)
-    from bench_core.devices import check_runnable
-    from bench_core.launch.dispatch import run_benchmark
     check_runnable(cfg)  # absent devices, too many processes, impossible precision: bad input
     if args.out:
         check_writable(args.out)  # before measuring: a run that cannot be saved does not start
@@ -79,7 +79,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _interrupted(args: argparse.Namespace, cfg, exc: KeyboardInterrupt) -> int:
-    from bench_core.measure import environment  # (loaded by now: main imported the run's machinery)
     rows = getattr(exc, "rows", None) or [failure_row(
         {**run_fields(cfg), **environment.collect()}, "interrupted",
         f"stopped by {interrupted_by(exc)} before a repeat finished")]
