@@ -1,4 +1,5 @@
-"""`bench run`: one configuration, its rows printed and (with --out) recorded.
+"""`bench run`: one configuration, its rows printed and (with --out) recorded. Its flags are
+cli/run_flags.py's.
 """
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from pathlib import Path
 
 from bench_core import results
 from bench_core.cli.common import (
-    add_config_arguments,
-    add_output_arguments,
     config_from_args,
     format_details,
     format_rows,
@@ -19,6 +18,7 @@ from bench_core.cli.common import (
     progress_printer,
     run_summary,
 )
+from bench_core.cli.run_flags import add_arguments  # noqa: F401 - the command's flags (cli/__init__ reads them here)
 from bench_core.devices import check_runnable
 from bench_core.errors import (
     EXIT_FAILED,
@@ -34,23 +34,6 @@ from bench_core.measure import environment
 from bench_core.results.disturbed import disturbed_note
 from bench_core.results.fidelity import is_wrong
 from bench_core.results.rows import failure_row, run_fields
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = """examples:
-  bench run --model resnet50 --mode train --precision amp-bf16 --batch-size 32 \\
-            --width 224 --height 224 --steps 50 --warmup-steps 10 --repeats 3 --device cuda --out outputs/quick
-  bench run --model unet3d --depth 32 --width 64 --height 64 --mode infer --device cpu
-  bench run --model resnet50 --precision amp-bf16 --batch-size 256 --nproc-per-node 8
-The last line says how many rows are ok, how many were disturbed (other processes on the CPU or device,
-throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
-exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported), its outputs are wrong results
-(outside its precision's tolerance of fp32 eager NCHW) or it could not be saved, 2 bad
-input, 130 interrupted by Ctrl-C and 143 by SIGTERM (finished repeats are kept, the rest is one
-interrupted row)."""
-    add_config_arguments(p)
-    p.add_argument("--out", metavar="DIR", help="append rows to DIR/results.csv and DIR/runs/<run_id>/rows.json")
-    add_output_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
