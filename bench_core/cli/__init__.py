@@ -1,6 +1,7 @@
 """The `bench` command: one module per subcommand (cli/<command>.py), each giving
 `add_arguments(parser)` and `main(args)` (cli/info.py serves models, sysinfo and peak with
-`add_<command>_arguments` and `main_<command>`); the only place that parses arguments.
+`add_<command>_arguments` and `main_<command>`; a command in FLAGS has its flags in a module of their
+own); the only place that parses arguments.
 
 Exit codes (bench_core.errors): 0 all rows ok; 1 a run or configuration failed (its rows are
 written); 2 bad input (a line on stderr naming the field, one per mistake; nothing written); 130
@@ -9,6 +10,7 @@ interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
@@ -55,6 +57,11 @@ COMMANDS = {
 }
 
 
+# Commands whose flags live apart from what they run: their --help, and a value the configuration's checks refuse,
+# are answered without importing the command's module (and torch with it: 3-4 s of a 2-core CPU).
+FLAGS = {"run": "bench_core.cli.run_flags"}
+
+
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """`bench` with every command listed; the flags of `commands` (default: all of them) are added,
     which imports their modules. A parser that will parse one command needs only that one's flags."""
@@ -72,12 +79,21 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
 
 
 def add_command(p: argparse.ArgumentParser, name: str, module_name: str) -> None:
-    # Imported here, not at the top: a command's own module, loaded only when that command is used.
-    module = importlib.import_module(module_name)
+    # Imported here, not at the top: a command's own module, loaded only when that command is used; its flags'
+    # module (FLAGS, else the same) for the parser, the command's own when it runs.
+    flags = importlib.import_module(FLAGS.get(name, module_name))
     attr = name.replace("-", "_")
-    adder = getattr(module, f"add_{attr}_arguments", None) or module.add_arguments
+    adder = getattr(flags, f"add_{attr}_arguments", None) or flags.add_arguments
     adder(p)
-    p.set_defaults(handler=getattr(module, f"main_{attr}", None) or module.main, parser=p)
+    p.set_defaults(handler=functools.partial(run_command, getattr(flags, "check", None), module_name, attr), parser=p)
+
+
+def run_command(check, module_name: str, attr: str, args: argparse.Namespace) -> int:
+    """The command's main, its module imported now; first `check` (its flags module's), where there is one."""
+    if check is not None:
+        check(args)
+    module = importlib.import_module(module_name)
+    return (getattr(module, f"main_{attr}", None) or module.main)(args)
 
 
 def command_in(argv: list[str]) -> str | None:

@@ -18,7 +18,6 @@ from bench_core.cli.common import (
     progress_printer,
     run_summary,
 )
-from bench_core.cli.run_flags import add_arguments  # noqa: F401 - the command's flags (cli/__init__ reads them here)
 from bench_core.devices import check_runnable
 from bench_core.errors import (
     EXIT_FAILED,

@@ -1,10 +1,11 @@
-"""`bench run`'s flags, apart from what the command runs (cli/run.py, which imports torch).
+"""`bench run`'s flags, apart from what the command runs (cli/run.py, which imports torch): its --help
+and a refused value are answered without loading torch.
 """
 from __future__ import annotations
 
 import argparse
 
-from bench_core.cli.common import add_config_arguments, add_output_arguments
+from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,3 +24,8 @@ interrupted row)."""
     p.add_argument("--out", metavar="DIR", help="append rows to DIR/results.csv and DIR/runs/<run_id>/rows.json")
     add_output_arguments(p)
 
+
+def check(args: argparse.Namespace) -> None:
+    """The configuration's own checks (names, values, the combination), before the command's module is loaded:
+    a refused value is said in a fraction of a second. The command checks it again (a few milliseconds)."""
+    config_from_args(args)
