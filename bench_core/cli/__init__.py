@@ -1,7 +1,7 @@
 """The `bench` command: one module per subcommand (cli/<command>.py), each giving
 `add_arguments(parser)` and `main(args)` (cli/info.py serves models, sysinfo and peak with
-`add_<command>_arguments` and `main_<command>`; a command in FLAGS has its flags in a module of their
-own); the only place that parses arguments.
+`add_<command>_arguments` and `main_<command>`; a command in FLAGS has its flags in cli/flags.py, apart
+from its torch); the only place that parses arguments.
 
 Exit codes (bench_core.errors): 0 all rows ok; 1 a run or configuration failed (its rows are
 written); 2 bad input (a line on stderr naming the field, one per mistake; nothing written); 130
@@ -59,7 +59,7 @@ COMMANDS = {
 
 # Commands whose flags live apart from what they run: their --help, and a value the configuration's checks refuse,
 # are answered without importing the command's module (and torch with it: 3-4 s of a 2-core CPU).
-FLAGS = {"run": "bench_core.cli.run_flags"}
+FLAGS = {"run": "bench_core.cli.flags"}
 
 
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -85,11 +85,14 @@ def add_command(p: argparse.ArgumentParser, name: str, module_name: str) -> None
     attr = name.replace("-", "_")
     adder = getattr(flags, f"add_{attr}_arguments", None) or flags.add_arguments
     adder(p)
-    p.set_defaults(handler=functools.partial(run_command, getattr(flags, "check", None), module_name, attr), parser=p)
+    # Only a FLAGS module's check: a command's own module has names of its own (cli/ladder.py imports check_ladder).
+    check = getattr(flags, f"check_{attr}", None) if name in FLAGS else None
+    p.set_defaults(handler=functools.partial(run_command, check, module_name, attr), parser=p)
 
 
 def run_command(check, module_name: str, attr: str, args: argparse.Namespace) -> int:
-    """The command's main, its module imported now; first `check` (its flags module's), where there is one."""
+    """The command's main, its module imported now; first `check` (check_<command> of its flags module), where
+    there is one."""
     if check is not None:
         check(args)
     module = importlib.import_module(module_name)

@@ -1,5 +1,5 @@
 """`bench run`: one configuration, its rows printed and (with --out) recorded. Its flags are
-cli/run_flags.py's.
+cli/flags.py's.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""`bench run`'s flags, apart from what the command runs (cli/run.py, which imports torch): its --help
-and a refused value are answered without loading torch.
+"""The flags of the commands whose own modules import torch (cli/__init__.FLAGS: `bench run`, whose module is
+cli/run.py), apart from what the commands run: their --help, and a value the configuration's checks refuse, are
+answered without loading torch. `add_<command>_arguments(parser)`; `check_<command>(args)`, where there is one.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """examples:
   bench run --model resnet50 --mode train --precision amp-bf16 --batch-size 32 \\
             --width 224 --height 224 --steps 50 --warmup-steps 10 --repeats 3 --device cuda --out outputs/quick
@@ -25,7 +26,7 @@ interrupted row)."""
     add_output_arguments(p)
 
 
-def check(args: argparse.Namespace) -> None:
+def check_run(args: argparse.Namespace) -> None:
     """The configuration's own checks (names, values, the combination), before the command's module is loaded:
     a refused value is said in a fraction of a second. The command checks it again (a few milliseconds)."""
     config_from_args(args)
