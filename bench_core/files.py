@@ -70,6 +70,10 @@ def check_writable(folder: Path | str, field: str = "out") -> Path:
     return folder
 
 
+# The environment variable that names another benchmark template than the shipped one (sweep/execute.find_template).
+TEMPLATE_ENV = "BENCH_TEMPLATE"
+
+
 def shipped_notebook(name: str) -> Path:
     """A notebook shipped with bench_core (benchmark.ipynb, summary.ipynb): the repository's notebooks/
     folder, which pyproject.toml packages as bench_core.notebooks, so that an installed wheel has it as

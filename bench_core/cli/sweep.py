@@ -10,12 +10,11 @@ from typing import TextIO
 
 from bench_core import results
 from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
-from bench_core.files import check_writable
+from bench_core.files import TEMPLATE_ENV, check_writable
 from bench_core.predict.prices import report_choices
 from bench_core.results.disturbed import disturbed_note
 from bench_core.results.rows import error_message
 from bench_core.sweep.execute import (
-    TEMPLATE_ENV,
     Progress,
     find_template,
     run_sweep,

@@ -47,7 +47,7 @@ from bench_core.errors import (
     interrupted_exit,
     interrupts_held,
 )
-from bench_core.files import shipped_notebook
+from bench_core.files import TEMPLATE_ENV, shipped_notebook
 from bench_core.launch.supervisor import python_command, supervise
 from bench_core.measure import environment, telemetry
 from bench_core.results.disturbed import RE_MEASURE, disturbed_rows
@@ -63,7 +63,6 @@ from bench_core.sweep.plan import (
     sweep_header,
 )
 
-TEMPLATE_ENV = "BENCH_TEMPLATE"
 INTERRUPTED = "stopped (Ctrl-C or SIGTERM) before this configuration finished"
 RUNNING_MARK = ".running"  # in a run directory while its execution runs; left behind only by a killed sweep
 
