@@ -218,8 +218,9 @@ def test_importing_the_package_warns_of_nothing():
 # the commands' modules, 0.4 s after).
 # Counted by the modules the process loaded, not timed.
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--model", "resnet5O"], ["run", "--batch-size", "0"],
-                       ["run", "--precision", "fp64"], ["run", "--mode", "serve", "--model", "resnet18"], ["sweep", "--help"],
-                       ["report", "--help"], ["predict", "--help"], ["diff", "--help"], ["history", "--help"]]
+                       ["run", "--precision", "fp64"], ["run", "--mode", "serve", "--model", "resnet18"],
+                       ["sweep", "--help"], ["report", "--help"], ["predict", "--help"], ["diff", "--help"],
+                       ["history", "--help"]]
 
 
 def test_help_and_a_refused_configuration_load_no_torch():
