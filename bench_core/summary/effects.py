@@ -56,26 +56,33 @@ def compare_variants(rows: pd.DataFrame, column: str, baseline, keys: list[str] 
         return pd.DataFrame(columns=columns)
     out = []
     rows = rows.assign(disturbed_by=rows["noise_flags"].map(disturbances) if "noise_flags" in rows else "")
-    for key, group in rows.groupby(keys, dropna=False, sort=False):
+    rows = rows.reset_index(drop=True)
+    # A row as a dict, once: a result row has some 300 columns, and a frame's to_dict costs about the same
+    # for 3 rows as for all of them (per column). The groups below are cut from the few columns compared.
+    records = rows.to_dict("records")
+    compared = [*dict.fromkeys([*keys, column, value, "run_id", "disturbed_by", "device_type"])]
+    for key, group in rows[[c for c in compared if c in rows]].groupby(keys, dropna=False, sort=False):
         is_base = group[column] == baseline
         base = group[is_base]
         if base.empty:
             continue
+        base_rows = [records[i] for i in base.index]
         for other, candidate in group[~is_base].groupby(column, sort=False):  # an unknown value is no variant
             # runs are the samples where both sides have 2 or more, else the repeats (see compare_rows)
             found = compare_rows(base, candidate, value=value, separate_runs=column in SEPARATE_PROCESSES)
             c, unit = found.comparison, found.unit
             ratio, low, high, verdict, text = c.ratio, c.low, c.high, c.verdict, c.text()
-            outputs = deviation_text(candidate.iloc[0].to_dict()) if column in NUMERICS else ""
-            wrong = [side for side, rows in (("baseline", base), ("variant", candidate))
-                     if column in NUMERICS and is_wrong(rows.iloc[0].to_dict())]
+            candidate_rows = [records[i] for i in candidate.index]
+            outputs = deviation_text(candidate_rows[0]) if column in NUMERICS else ""
+            wrong = [side for side, sides in (("baseline", base_rows), ("variant", candidate_rows))
+                     if column in NUMERICS and is_wrong(sides[0])]
             if wrong:  # faster only when still correct: no speed verdict
                 ratio = low = high = None
                 verdict, text = WRONG_RESULTS, f"{WRONG_RESULTS} ({' and '.join(wrong)}): no speed verdict"
             elif outputs:
                 text = f"{text}; {outputs}"
             # Host-bound sides: the ratio is the host's (across machines: it compares the hosts, not the GPUs).
-            hosts = comparison_note([("baseline", base.to_dict("records")), ("variant", candidate.to_dict("records"))],
+            hosts = comparison_note([("baseline", base_rows), ("variant", candidate_rows)],
                                     across_machines=column in ("machine", "kind"))
             text = f"{text}; {hosts}" if hosts else text
             out.append([*(key if isinstance(key, tuple) else (key,)), other, float(base[value].median()),
