@@ -1,6 +1,6 @@
-"""The flags of the commands whose own modules import torch (cli/__init__.FLAGS: `bench run` and `bench sweep`,
-whose modules are cli/run.py and cli/sweep.py), apart from what the commands run: their --help, and a value the
-configuration's checks refuse, are answered without loading torch. `add_<command>_arguments(parser)`;
+"""The flags of the commands whose own modules import torch (cli/__init__.FLAGS: `bench run`, `sweep`, `find-batch`,
+`compare` and `ladder`, whose modules are cli/<command>.py), apart from what the commands run: their --help, and a
+value the configuration's checks refuse, are answered without loading torch. `add_<command>_arguments(parser)`;
 `check_<command>(args)`, where there is one (a sweep's file is checked by its plan, which needs the devices).
 """
 from __future__ import annotations
@@ -8,7 +8,11 @@ from __future__ import annotations
 import argparse
 
 from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args
+from bench_core.cli.diff import fraction
+from bench_core.config.schema import DEFAULT_MAX_BATCH
+from bench_core.config.serve import LADDERS
 from bench_core.files import TEMPLATE_ENV
+from bench_core.results.comparison import MIN_EFFECT
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -75,3 +79,91 @@ exit status: 0 every configuration ok (or unsupported), 1 a configuration failed
     p.add_argument("--template", metavar="IPYNB",
                    help=f"notebook template (default: ${TEMPLATE_ENV}, else notebooks/benchmark.ipynb of the project)")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3, this environment)")
+
+
+# Settings of a benchmark run that a probe does not use: each probe is a fixed short run.
+FIND_BATCH_UNUSED = ("steps", "warmup_steps", "repeats", "min_seconds", "profile")
+
+
+def add_find_batch_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = f"""Grows the batch (x2 from --batch-size; without it, from the largest batch whose memory estimate,
+as bench memory makes it, fits the device's memory less the allocator's headroom, else 1) until out of memory or --max-batch-size
+(default {DEFAULT_MAX_BATCH}), then bisects. When out of memory bounded it, the size to use is
+--batch-margin (default 10%) below the largest that ran, and bisection stops at half that margin;
+--batch-margin 0 gives the exact edge. Each probe is a real run of 3 steps (train: forward,
+backward, optimizer step; with --compile, 3 warm-up steps before the timed one); --steps/--repeats/
+--min-seconds do not apply.
+Any failure other than out-of-memory stops the search, except a batch too small to train (BatchNorm
+needs more than one value per channel): it is marked too-small and the search grows past it.
+examples:
+  bench find-batch --model resnet50 --mode train --precision amp-bf16 --device cuda
+  bench find-batch --model resnet18 --width 64 --height 64 --device cpu --max-batch-size 512 --out outputs/capacity
+In a sweep or `bench run`, batch_size max runs this search (each probe in a fresh process), then
+the benchmark at the size found; its rows keep both sizes and the search (batch_search).
+exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
+    add_config_arguments(p, unused=FIND_BATCH_UNUSED)
+    p.add_argument("--isolate", action="store_true",
+                   help="run each probe in a fresh process (an import per probe; exact for runs in fresh "
+                        "processes, e.g. sweeps; in-process CPU probes can come out low near the limit)")
+    p.add_argument("--out", metavar="DIR", help="write the search as DIR/find-batch/<id>.json")
+    add_output_arguments(p)
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
+Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval on their logs,
+and a verdict: faster / slower (the CI excludes 1 and the change is at least --min-effect) or no
+clear difference (the same verdicts as bench diff). The variant table's samples/s are the geometric
+means over the same rounds, so their ratio is the verdict's B/A.
+Disturbed: rounds where either row is flagged other-processes-on-cpu, other-processes-on-device,
+throttle, clock-drop or unstable-repeats are left out. Under load: where too few are left and the
+rest were disturbed by other processes alone (a neighbour's job on a shared machine or CI runner),
+A and B shared that load round by round, and it cancels in B/A: with 4 or more such rounds whose
+B/A does not move with the load (its level, or how unevenly it fell on A and B), the verdict is
+given and says MEASURED UNDER LOAD (exit 0). Where B/A moves with the load, or the device
+throttled, the verdict is 'disturbed: re-measure' (exit 3, as bench diff), never a speed verdict.
+Wrong results: each variant other than fp32 eager NCHW is checked once, as it is built, against
+fp32 eager NCHW on the same weights and inputs (cosine similarity and relative error of the forward
+outputs, within its precision's tolerance: docs/reference.md); outside it the verdict is 'wrong
+results' and there is no speed verdict (exit 1).
+--repeats does not apply (use --rounds); --steps / --min-seconds size each window.
+examples:
+  bench compare --model resnet18 --width 64 --height 64 --batch-size 16 --device cpu --a compile=off --b compile=default
+  bench compare --model resnet50 --precision amp-bf16 --device cuda --b channels_last=true --rounds 10 --out outputs/ab
+exit status: 0 a speed verdict, 1 a variant failed or computes wrong results (rows written with
+--out), 2 bad input, 3 disturbed: re-measure on a quiet machine."""
+    add_config_arguments(p, unused=("repeats",))
+    p.add_argument("--a", dest="a", nargs="+", action="extend", metavar="KEY=VALUE",
+                   help="overrides for variant A (BenchConfig fields, e.g. compile=off)")
+    p.add_argument("--b", dest="b", nargs="+", action="extend", metavar="KEY=VALUE",
+                   help="overrides for variant B (e.g. compile=default or channels_last=true)")
+    p.add_argument("--rounds", type=int, default=8, metavar="N", help="rounds of A and B (default 8, at least 2)")
+    p.add_argument("--min-effect", "--tolerance", dest="tolerance", type=fraction, default=MIN_EFFECT,
+                   metavar="FRACTION", help=f"smaller changes are 'no clear difference'; 2% or 0.02 "
+                                            f"(default {MIN_EFFECT:.0%})".replace("%", "%%"))
+    p.add_argument("--out", metavar="DIR", help="rows to DIR/runs/<run_id>/ (both variants) and the "
+                                                "comparison to DIR/compare/<id>.json")
+    add_output_arguments(p)
+
+
+def add_ladder_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = """examples:
+  bench ladder --model llama-tiny --prompt-len 32 --new-tokens 16 --steps 16 --repeats 1 --out outputs/ladder
+  bench ladder --model llama-8b --engine vllm --ladder rate --start 1 --price-per-hour 2.5 --out outputs/ladder
+  bench report outputs/ladder          # the Serving section draws the frontier
+The ladder measures concurrency 1, 2, 4, ... (or a rate 1, 2, 4, ... requests/s) on one server and stops by
+itself: when output tokens/s rises by less than --min-gain over the best point before (saturated), when p99 TTFT
+passes --max-ttft-ms, when a point fails or is over-saturated, when the client itself saturates, or after
+--max-points. It prints every point, why it stopped, the Pareto frontier of output tokens/s per GPU against
+tokens/s per user (with the cost per million output tokens where --price-per-hour is given), and the highest
+load meeting the SLO. exit status: 0 the ladder found its top, 1 its first point failed, 2 bad input."""
+    p.add_argument("--ladder", choices=LADDERS, default="concurrency",
+                   help="what doubles: concurrent users (closed loop) or the request rate (open loop)")
+    p.add_argument("--start", type=float, default=1.0, help="the first rung's users or requests/s (default 1)")
+    p.add_argument("--max-points", type=int, default=8, help="the most rungs (default 8)")
+    p.add_argument("--min-gain", type=float, default=0.1,
+                   help="stop when a doubling adds less than this fraction of output tokens/s (default 0.1)")
+    p.add_argument("--max-ttft-ms", type=float, default=5000.0, help="stop when p99 TTFT passes this (default 5000)")
+    add_config_arguments(p)
+    p.add_argument("--out", metavar="DIR", help="append each point's rows to DIR/results.csv and DIR/runs/")
+    add_output_arguments(p)

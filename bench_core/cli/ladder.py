@@ -9,36 +9,14 @@ import sys
 from pathlib import Path
 
 from bench_core import results
-from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args, paint, progress_printer
+from bench_core.cli.common import config_from_args, paint, progress_printer
+from bench_core.cli.flags import add_ladder_arguments  # noqa: F401 - (the parser's)
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.files import check_writable
 from bench_core.results.disturbed import disturbed_note
-from bench_core.scenarios.ladder import FAILED, LADDERS, Ladder, check_ladder, climb
+from bench_core.scenarios.ladder import FAILED, Ladder, check_ladder, climb
 from bench_core.serving.slo import frontier
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = """examples:
-  bench ladder --model llama-tiny --prompt-len 32 --new-tokens 16 --steps 16 --repeats 1 --out outputs/ladder
-  bench ladder --model llama-8b --engine vllm --ladder rate --start 1 --price-per-hour 2.5 --out outputs/ladder
-  bench report outputs/ladder          # the Serving section draws the frontier
-The ladder measures concurrency 1, 2, 4, ... (or a rate 1, 2, 4, ... requests/s) on one server and stops by
-itself: when output tokens/s rises by less than --min-gain over the best point before (saturated), when p99 TTFT
-passes --max-ttft-ms, when a point fails or is over-saturated, when the client itself saturates, or after
---max-points. It prints every point, why it stopped, the Pareto frontier of output tokens/s per GPU against
-tokens/s per user (with the cost per million output tokens where --price-per-hour is given), and the highest
-load meeting the SLO. exit status: 0 the ladder found its top, 1 its first point failed, 2 bad input."""
-    p.add_argument("--ladder", choices=LADDERS, default="concurrency",
-                   help="what doubles: concurrent users (closed loop) or the request rate (open loop)")
-    p.add_argument("--start", type=float, default=1.0, help="the first rung's users or requests/s (default 1)")
-    p.add_argument("--max-points", type=int, default=8, help="the most rungs (default 8)")
-    p.add_argument("--min-gain", type=float, default=0.1,
-                   help="stop when a doubling adds less than this fraction of output tokens/s (default 0.1)")
-    p.add_argument("--max-ttft-ms", type=float, default=5000.0, help="stop when p99 TTFT passes this (default 5000)")
-    add_config_arguments(p)
-    p.add_argument("--out", metavar="DIR", help="append each point's rows to DIR/results.csv and DIR/runs/")
-    add_output_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:

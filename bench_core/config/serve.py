@@ -17,6 +17,8 @@ SERVE_DEFAULTS = {"engine": "transformers", "endpoint": "completions", "burstine
                   "shared_prefix_len": 0, "length_dist": "fixed", "trace_time_scale": 1.0, "turns": 1, "think_time_s": 0.0,
                   "saturation_s": 15.0, "client_workers": 1}
 ENDPOINTS = ("completions", "chat")
+# What `bench ladder` doubles: concurrent users (closed loop) or the request rate (open loop).
+LADDERS = ("concurrency", "rate")
 # Limits that catch a typo (a million users, a billion requests/s) rather than a real load.
 MAX_CONCURRENCY, MAX_REQUEST_RATE = 100_000, 1_000_000.0
 

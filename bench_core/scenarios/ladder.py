@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from bench_core.config.schema import BenchConfig
+from bench_core.config.serve import LADDERS
 from bench_core.errors import ConfigError
 from bench_core.launch.engine_server import open_server
 from bench_core.results.disturbed import disturbed_rows
 from bench_core.serving.slo import SloAnswer, highest_meeting
 
-LADDERS = ("concurrency", "rate")
 SATURATED, LATENCY, FAILED, CLIENT, LAST_RUNG = "saturated", "latency", "failed", "client", "last rung"
 
 
