@@ -215,12 +215,14 @@ def test_importing_the_package_warns_of_nothing():
 
 # A newcomer's first commands: `--help`, and a value the configuration refuses, answered without loading torch
 # (`bench run --help` took 4.5 s of a 2-core Zen 3, `bench sweep --help` 4.3 s, before their flags lived apart from
-# the commands' modules, 0.4 s after).
+# the commands' modules, 0.4 s after; find-batch, compare and ladder 3-5 s before).
 # Counted by the modules the process loaded, not timed.
 TORCH_FREE_COMMANDS = [["--help"], ["run", "--help"], ["run", "--model", "resnet5O"], ["run", "--batch-size", "0"],
                        ["run", "--precision", "fp64"], ["run", "--mode", "serve", "--model", "resnet18"],
                        ["sweep", "--help"], ["report", "--help"], ["predict", "--help"], ["diff", "--help"],
-                       ["history", "--help"]]
+                       ["history", "--help"], ["find-batch", "--help"], ["find-batch", "--batch-size", "0"],
+                       ["find-batch", "--steps", "5"], ["compare", "--help"], ["compare", "--repeats", "3"],
+                       ["ladder", "--help"]]
 
 
 def test_help_and_a_refused_configuration_load_no_torch():
@@ -241,5 +243,6 @@ for argv in {TORCH_FREE_COMMANDS!r}:
         if argv[-1] == "--help":
             assert line.startswith(f"{argv!r} 0 False usage: bench"), line
         else:  # bad input: exit 2, one line naming the field, and still no torch
-            field = {"resnet5O": "model", "0": "batch_size", "fp64": "precision", "resnet18": "mode"}[argv[-1]]
-            assert line.startswith(f"{argv!r} 2 False bench run: error: {field}: "), line
+            field = {"resnet5O": "model", "0": "batch_size", "fp64": "precision", "resnet18": "mode", "5": "steps",
+                     "3": "repeats"}[argv[-1]]
+            assert line.startswith(f"{argv!r} 2 False bench {argv[0]}: error: {field}: "), line

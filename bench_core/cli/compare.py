@@ -12,10 +12,9 @@ from bench_core.cli.common import (
     config_from_args,
     note_line,
     progress_printer,
-    refuse_flags,
     write_json,
 )
-from bench_core.cli.flags import add_compare_arguments  # noqa: F401 - (the parser's)
+from bench_core.cli.flags import check_compare
 from bench_core.config.schema import BenchConfig
 from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.devices import check_runnable
@@ -25,7 +24,7 @@ from bench_core.scenarios.compare import compare, pair_compile, parse_overrides
 
 
 def main(args: argparse.Namespace) -> int:
-    refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
+    check_compare(args)  # (again: main may be called without the dispatcher)
     base = config_from_args(args)
     over_a, over_b = parse_overrides(args.a, "--a"), parse_overrides(args.b, "--b")
     given = _compile_given(args, over_a, over_b)

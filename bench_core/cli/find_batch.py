@@ -10,10 +10,9 @@ from bench_core.cli.common import (
     config_from_args,
     note_line,
     progress_printer,
-    refuse_flags,
     write_json,
 )
-from bench_core.cli.flags import FIND_BATCH_UNUSED, add_find_batch_arguments  # noqa: F401 - (the parser's)
+from bench_core.cli.flags import check_find_batch
 from bench_core.config.schema import MAX_BATCH
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK
@@ -21,8 +20,7 @@ from bench_core.files import check_writable
 from bench_core.launch.batch_search import find_max_batch
 
 def main(args: argparse.Namespace) -> int:
-    refuse_flags(args, FIND_BATCH_UNUSED,
-                  "does not apply to find-batch: each probe is a fixed 3-step run")
+    check_find_batch(args)  # (again: main may be called without the dispatcher)
     cfg = config_from_args(args)
     check_runnable(cfg)
     if args.out:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args
+from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args, refuse_flags
 from bench_core.cli.diff import fraction
 from bench_core.config.schema import DEFAULT_MAX_BATCH
 from bench_core.config.serve import LADDERS
@@ -109,6 +109,11 @@ exit status: 0 found, 1 nothing fits or the search failed, 2 bad input."""
     add_output_arguments(p)
 
 
+def check_find_batch(args: argparse.Namespace) -> None:
+    refuse_flags(args, FIND_BATCH_UNUSED, "does not apply to find-batch: each probe is a fixed 3-step run")
+    config_from_args(args)
+
+
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = """Builds A and B once each, then alternates one timed window of each per round (AB, BA, AB, ...).
 Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-interval on their logs,
@@ -144,6 +149,11 @@ exit status: 0 a speed verdict, 1 a variant failed or computes wrong results (ro
     p.add_argument("--out", metavar="DIR", help="rows to DIR/runs/<run_id>/ (both variants) and the "
                                                 "comparison to DIR/compare/<id>.json")
     add_output_arguments(p)
+
+
+def check_compare(args: argparse.Namespace) -> None:
+    refuse_flags(args, ("repeats",), "does not apply to compare: use --rounds")
+    config_from_args(args)
 
 
 def add_ladder_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from bench_core import results
 from bench_core.cli.common import config_from_args, paint, progress_printer
-from bench_core.cli.flags import add_ladder_arguments  # noqa: F401 - (the parser's)
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from bench_core.files import check_writable
