@@ -147,6 +147,14 @@ def test_the_gate_fails_on_the_slower_night_and_passes_on_a_steady_month(recorde
     assert row["low"] < row["ratio"] < row["high"]  # judged with its interval
     assert row["stretch"] == "6 run(s) since 2026-11-01"  # its own night left out of the history
 
+    # --new first takes every folder after it: the line says so, and how to write it (argparse said only that
+    # DIR was required, of a command line that gave three)
+    done = bench_here(capsys, "history", "--new", str(steady), *map(str, month[:2]))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"bench history: error: result_dirs: no history folder given; --new took every "
+                                   f"folder after it ({steady} {month[0]} {month[1]}): put the history's folders "
+                                   "first, as in bench history outputs/nightly/* --new outputs/tonight")
+
 
 def test_a_single_slow_run_is_no_step_and_a_disturbed_run_is_shown_never_used(recorded, tmp_path, capsys):
     r = recorded

@@ -41,7 +41,10 @@ exit status: {EXIT_OK} no regression (without --new: always, after printing); {E
 input, or with --new nothing could be judged (no configuration of NEW has 2 undisturbed runs since the
 history's last step: a gate must not pass on nothing); {EXIT_DISTURBED} no regression, but NEW's runs of a
 configuration were disturbed: re-measure on a quiet machine rather than pass or fail on them."""
-    p.add_argument("result_dirs", metavar="DIR", nargs="+", help="result folders, from many dates, in any order")
+    # (nargs "*": `--new A B` takes both, leaving no DIR; main says so, where argparse would say only "required")
+    p.add_argument("result_dirs", metavar="DIR", nargs="*", help="result folders, from many dates, in any order "
+                                                                  "(at least one; before --new, which takes every "
+                                                                  "folder after it)")
     p.add_argument("--new", metavar="NEW", nargs="+", default=None,
                    help="result folder(s) of the run to judge against the history's last stable stretch")
     p.add_argument("--fail-above", type=fraction, default=FAIL_ABOVE, metavar="FRACTION",
@@ -53,6 +56,13 @@ configuration were disturbed: re-measure on a quiet machine rather than pass or 
 
 
 def main(args: argparse.Namespace) -> int:
+    if not args.result_dirs:
+        if args.new and len(args.new) > 1:
+            raise ConfigError("result_dirs", f"no history folder given; --new took every folder after it "
+                                             f"({' '.join(args.new)}): put the history's folders first, as in "
+                                             "bench history outputs/nightly/* --new outputs/tonight")
+        raise ConfigError("result_dirs", "no history folder given; allowed: result folders written by bench run "
+                                         "--out / bench sweep, as in bench history outputs/nightly/*")
     new = read_history(args.new) if args.new else None
     excluded = set(new.runs["run_id"]) if new is not None else set()
     history = read_history(args.result_dirs, exclude_runs=excluded)
