@@ -164,7 +164,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...
                        help="YAML file of BenchConfig fields; flags given on the command line win")
 
 
-def config_from_args(args: argparse.Namespace) -> BenchConfig:
+def config_values(args: argparse.Namespace) -> dict:
+    """The BenchConfig fields a command line gives: its --config file's, then its flags' (which win)."""
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
     if SWEEP_ONLY_KEYS & set(values):
         how = f"bench {'slurm' if getattr(args, 'command', None) == 'slurm' else 'sweep'} {args.config_file}"
@@ -173,6 +174,11 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
+    return values
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    values = config_values(args)
     try:
         return BenchConfig.from_dict(values)
     except ConfigError as exc:
