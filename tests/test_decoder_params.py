@@ -56,8 +56,9 @@ def test_every_activation_let_through_is_one_transformers_has():
 
 def test_the_spec_made_without_transformers_is_the_one_hf_spec_makes(tmp_path):
     import json
-    for values in (variants("llama")[0], variants("qwen3")[3]):  # a default position limit, and one given
-        path = tmp_path / f"{values['model_type']}.json"
+    # Each family at its default position limit and at one given (head_dim given too), with no architecture named.
+    for n, values in enumerate(v for model_type in FAMILIES for v in variants(model_type)[::3][:2]):
+        path = tmp_path / f"{n}.json"
         path.write_text(json.dumps(values))
         light, full = known_decoder_spec(str(path)), hf_spec(str(path))
         assert (light.name, light.task, light.source, light.notes) == (full.name, full.task, full.source, full.notes)
