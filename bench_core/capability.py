@@ -15,66 +15,29 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import platform
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from bench_core.errors import ConfigError
+from bench_core.host import (  # noqa: F401 - re-exported: the CPU's facts read without torch live in host.py
+    ARM_NATIVE,
+    CPU_KIND_VARIABLE,
+    CPU_KINDS,
+    DISPATCH_VARIABLES,
+    MICROARCHITECTURES,
+    X86_NATIVE,
+    CpuFacts,
+    cpu_flags,
+    cpu_kind_set,
+    cpu_model,
+    cpu_model_from,
+    dispatch_env,
+    kind_facts,
+)
 from bench_core.workload.precision import PRECISIONS, Precision, resolve_precision
 
 NATIVE, EMULATED, UNSUPPORTED = "native", "emulated", "unsupported"
-# ISA flags (as /proc/cpuinfo spells them) that make a dtype's matmul/conv native.
-X86_NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
-ARM_NATIVE = {"bfloat16": ("bf16",), "float16": ("fphp", "asimdhp")}
-# Environment variables that change which kernels torch dispatches to (recorded with the answer).
-DISPATCH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-# Says which CPU kind the answers are for, whatever this CPU is: the kinds the project meets (CPU_KINDS), so
-# that what depends on native or emulated precisions (labels, the default sweep's plan, the report's words) can
-# be checked for each kind on any machine (the tests do). It changes what the code reads, not the kernels torch
-# runs: rows made under it say so (cpu_dispatch_env) and are no measure of that kind's speed.
-CPU_KIND_VARIABLE = "BENCH_CPU_AS"
-
-
-# (vendor, family, first model, last model) -> microarchitecture, for CPUs whose model name says no more than
-# "AMD EPYC" (cloud VMs): from AMD's and Intel's family/model numbers (the server parts only).
-MICROARCHITECTURES = [("AuthenticAMD", 0x17, 0x00, 0x0F, "Zen"), ("AuthenticAMD", 0x17, 0x30, 0x3F, "Zen 2"),
-                      ("AuthenticAMD", 0x19, 0x00, 0x0F, "Zen 3"), ("AuthenticAMD", 0x19, 0x10, 0x1F, "Zen 4"),
-                      ("AuthenticAMD", 0x19, 0xA0, 0xAF, "Zen 4c"), ("AuthenticAMD", 0x1A, 0x00, 0xFF, "Zen 5"),
-                      ("GenuineIntel", 6, 0x55, 0x55, "Skylake-SP/Cascade Lake"), ("GenuineIntel", 6, 0x6A, 0x6A, "Ice Lake-SP"),
-                      ("GenuineIntel", 6, 0x8F, 0x8F, "Sapphire Rapids"), ("GenuineIntel", 6, 0xCF, 0xCF, "Emerald Rapids"),
-                      ("GenuineIntel", 6, 0xAD, 0xAD, "Granite Rapids")]
-
-
-@functools.cache
-def cpu_model() -> str:
-    try:
-        return cpu_model_from(Path("/proc/cpuinfo").read_text()) or platform.processor() or platform.machine()
-    except OSError:
-        return platform.processor() or platform.machine()
-
-
-def cpu_model_from(cpuinfo: str) -> str:
-    """The CPU's model name from /proc/cpuinfo; a name without a model number (a VM's "AMD EPYC") gets its
-    microarchitecture ("AMD EPYC (Zen 4)"), or its family and model numbers where that is not known here."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if not key.strip():
-            break  # the first processor's block only
-        fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "")
-    if not name or any(c.isdigit() for c in name) or not fields.get("cpu family", "").isdigit() \
-            or not fields.get("model", "").isdigit():
-        return name
-    family, model = int(fields["cpu family"]), int(fields["model"])
-    arch = next((a for vendor, f, lo, hi, a in MICROARCHITECTURES
-                 if vendor == fields.get("vendor_id") and f == family and lo <= model <= hi), None)
-    return f"{name} ({arch})" if arch else f"{name} (family {family} model {model})"
-
-
 @dataclass(frozen=True)
 class Support:
     level: str    # native | emulated | unsupported
@@ -87,75 +50,17 @@ class Support:
 
 # -- CPU ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class CpuFacts:
-    """What the CPU has (ISA flags) and what torch makes of it (dispatch level, oneDNN checks)."""
-    arch: str
-    flags: frozenset[str]        # empty when they cannot be read (then torch's answer decides)
-    torch_capability: str        # torch.backends.cpu.get_cpu_capability(): AVX512, AVX2, ...
-    onednn_bf16: bool
-    onednn_fp16: bool
-    dispatch_env: tuple[tuple[str, str], ...]
-
-    def describe(self) -> dict:
-        """The facts as row/environment columns."""
-        relevant = sorted(self.flags & {f for names in (*X86_NATIVE.values(), *ARM_NATIVE.values()) for f in names})
-        return {"cpu_isa_dispatch": self.torch_capability,
-                "cpu_dtype_flags": " ".join(relevant) or None,
-                "cpu_dispatch_env": " ".join(f"{k}={v}" for k, v in self.dispatch_env) or None}
-
-
-# kind -> (ISA flags as /proc/cpuinfo spells them, torch's dispatch level, oneDNN's bf16 and fp16 checks), as
-# each kind answers (the rules tests/test_capability.py checks): Intel with AMX (Sapphire Rapids and later);
-# AMD Zen 4 / Zen 5 (AVX-512 with AVX512_BF16); AVX-512 without bf16 (Ice Lake, Skylake-SP); AVX2 only (AMD
-# Zen 1-3, older Intel).
-CPU_KINDS = {
-    "amx": (frozenset("avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16 avx512_fp16 amx_bf16 amx_fp16 amx_tile"
-                      .split()), "AVX512", True, True),
-    "avx512_bf16": (frozenset("avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16".split()), "AVX512", True, False),
-    "avx512": (frozenset("avx2 fma f16c avx512f avx512bw avx512vl".split()), "AVX512", True, False),
-    "avx2": (frozenset("avx2 fma f16c".split()), "AVX2", False, False),
-}
-
-
-def cpu_kind_set() -> str | None:
-    """The CPU kind BENCH_CPU_AS names (CPU_KINDS), or None where it is unset; ConfigError for a kind not
-    in the table."""
-    kind = os.environ.get(CPU_KIND_VARIABLE, "").strip().lower()
-    if not kind:
-        return None
-    if kind not in CPU_KINDS:
-        raise ConfigError(CPU_KIND_VARIABLE, f"unknown CPU kind {kind!r}; allowed: {', '.join(CPU_KINDS)}")
-    return kind
-
-
 @functools.cache
 def cpu_facts() -> CpuFacts:
-    kind = cpu_kind_set()
+    kind = kind_facts()
     if kind is not None:  # answers as that kind would (x86), whatever this CPU has
-        flags, level, bf16, fp16 = CPU_KINDS[kind]
-        env = tuple((k, os.environ[k]) for k in (*DISPATCH_VARIABLES, CPU_KIND_VARIABLE) if os.environ.get(k))
-        return CpuFacts("x86_64", flags, level, bf16, fp16, env)
+        return kind
     arch = platform.machine().lower()
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
     mkldnn = torch.ops.mkldnn
     bf16 = bool(getattr(mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
     fp16 = bool(getattr(mkldnn, "_is_mkldnn_fp16_supported", lambda: False)())
-    env = tuple((k, os.environ[k]) for k in DISPATCH_VARIABLES if os.environ.get(k))
-    return CpuFacts(arch, _cpu_flags(), str(capability), bf16, fp16, env)
-
-
-def _cpu_flags() -> frozenset[str]:
-    """The ISA flags of the first CPU in /proc/cpuinfo (x86 'flags', Arm 'Features')."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+    return CpuFacts(arch, cpu_flags(), str(capability), bf16, fp16, dispatch_env())
 
 
 def cpu_support(precision: Precision, facts: CpuFacts | None = None) -> Support:

@@ -142,7 +142,7 @@ def precisions_reference() -> str:
 # bench_core's parts in the order data flows through them: params -> config -> run -> rows ->
 # store -> sweep -> summary -> history (many folders over time) -> HTML. Imports point down this list,
 # never up (tests/test_layout.py).
-LAYOUT = ("errors", "files", "workload", "config", "capability", "devices", "results", "measure", "run",
+LAYOUT = ("errors", "files", "host", "workload", "config", "capability", "devices", "results", "measure", "run",
           "serving", "launch", "scenarios", "sweep", "predict", "summary", "history", "cli", "docs")
 
 

@@ -92,9 +92,10 @@ def add_command(p: argparse.ArgumentParser, name: str, module_name: str) -> None
 
 def run_command(check, module_name: str, attr: str, args: argparse.Namespace) -> int:
     """The command's main, its module imported now; first `check` (check_<command> of its flags module), where
-    there is one."""
-    if check is not None:
-        check(args)
+    there is one, which may answer the command itself (its exit status) without the command's module."""
+    answered = check(args) if check is not None else None
+    if answered is not None:
+        return answered
     module = importlib.import_module(module_name)
     return (getattr(module, f"main_{attr}", None) or module.main)(args)
 

@@ -164,7 +164,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...
                        help="YAML file of BenchConfig fields; flags given on the command line win")
 
 
-def config_from_args(args: argparse.Namespace) -> BenchConfig:
+def config_values(args: argparse.Namespace) -> dict:
+    """The BenchConfig fields a command line gives: its --config file's, then its flags' (which win)."""
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
     if SWEEP_ONLY_KEYS & set(values):
         how = f"bench {'slurm' if getattr(args, 'command', None) == 'slurm' else 'sweep'} {args.config_file}"
@@ -173,6 +174,11 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
+    return values
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    values = config_values(args)
     try:
         return BenchConfig.from_dict(values)
     except ConfigError as exc:
@@ -216,11 +222,6 @@ def format_details(row: dict) -> str:
 
 def format_rows(rows: list[dict]) -> str:
     """Per-repeat table plus the median line, the way a person reads a benchmark."""
-    import pandas as pd
-    table = pd.DataFrame(rows)
-    if "embedding_bytes_per_s" in table:
-        table["embedding_gb_per_s"] = pd.to_numeric(table["embedding_bytes_per_s"]) / 1e9
-    ok = table[table["status"] == "ok"]
     first, serve = rows[0], rows[0]["mode"] == "serve"
     searched = " (batch_size max: found by search)" if first.get("batch_size_requested") == "max" else ""
     # A serving point has a load, not a batch: the users in a closed loop or the request rate.
@@ -229,9 +230,14 @@ def format_rows(rows: list[dict]) -> str:
                 "what a GPU would show)") if first.get("precision_support") == "emulated" else ""
     head = (f"{first['model']} {first['mode']} {first['precision']}{emulated} {load} on "
             f"{first.get('device_name') or first['device']}")
-    if ok.empty:
+    if not any(r["status"] == "ok" for r in rows):  # no figure to tabulate (and no pandas to import: 0.8 s)
         return head + "\n" + "\n".join(f"  repeat {r['repeat']}: {r['status']}: {r['message']}"
                                         for r in rows)
+    import pandas as pd
+    table = pd.DataFrame(rows)
+    if "embedding_bytes_per_s" in table:
+        table["embedding_gb_per_s"] = pd.to_numeric(table["embedding_bytes_per_s"]) / 1e9
+    ok = table[table["status"] == "ok"]
     if serve:  # the figures serving is about; a serve row has no steps, batches or step times
         cols = {"repeat": "repeat", "status": "status", "requests_per_s": "requests/s",
                 "output_tokens_per_s": "output tok/s", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms",

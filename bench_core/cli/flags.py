@@ -1,18 +1,29 @@
 """The flags of the commands whose own modules import torch (cli/__init__.FLAGS: `bench run`, `sweep`, `find-batch`,
 `compare` and `ladder`, whose modules are cli/<command>.py), apart from what the commands run: their --help, and a
 value the configuration's checks refuse, are answered without loading torch. `add_<command>_arguments(parser)`;
-`check_<command>(args)`, where there is one (a sweep's file is checked by its plan, which needs the devices).
+`check_<command>(args)`, where there is one (a sweep's file is checked by its plan, which needs the devices): None
+to go on to the command, or the command's exit status where the check has answered it (bench run's `oom` row of a
+model too large for the CPU, said from its config).
 """
 from __future__ import annotations
 
 import argparse
 
-from bench_core.cli.common import add_config_arguments, add_output_arguments, config_from_args, refuse_flags
+from bench_core.cli.common import (
+    add_config_arguments,
+    add_output_arguments,
+    config_from_args,
+    config_values,
+    refuse_flags,
+)
 from bench_core.cli.diff import fraction
+from bench_core.cli.run_output import exit_status, record_rows, show_rows
 from bench_core.config.schema import DEFAULT_MAX_BATCH
 from bench_core.config.serve import LADDERS
-from bench_core.files import TEMPLATE_ENV
+from bench_core.errors import interrupts_held
+from bench_core.files import TEMPLATE_ENV, check_writable
 from bench_core.results.comparison import MIN_EFFECT
+from bench_core.run.parameter_oom import parameter_oom_rows
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,10 +43,23 @@ interrupted row)."""
     add_output_arguments(p)
 
 
-def check_run(args: argparse.Namespace) -> None:
+def check_run(args: argparse.Namespace) -> int | None:
     """The configuration's own checks (names, values, the combination), before the command's module is loaded:
-    a refused value is said in a fraction of a second. The command checks it again (a few milliseconds)."""
-    config_from_args(args)
+    a refused value is said in a fraction of a second. The command checks it again (a few milliseconds).
+
+    First, a configuration whose parameters alone certainly exceed the CPU's free memory (run/parameter_oom.py)
+    is answered here: its `oom` row recorded and shown as the run would, and the exit status returned, without
+    torch or transformers (a 1.2-trillion-parameter config.json: 9-11 s before, its check importing both)."""
+    rows = parameter_oom_rows(config_values(args))
+    if rows is None:
+        config_from_args(args)
+        return None
+    if args.out:
+        check_writable(args.out)  # as the run checks it: a row that cannot be saved is bad input
+    with interrupts_held():
+        saved = record_rows(args, rows)
+    show_rows(args, rows, saved)
+    return exit_status(rows, saved)
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import psutil
 import torch
@@ -23,6 +22,7 @@ from bench_core import capability
 from bench_core.capability import Support, cpu_model
 from bench_core.devices.clocks import CudaStepClock, StepClock, SyncedClock
 from bench_core.errors import ConfigError
+from bench_core.host import available_memory_bytes, cgroup_free_bytes  # noqa: F401 - re-exported (its home is host.py)
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import Precision, resolve_precision
 
@@ -107,27 +107,6 @@ _LIBRARY_ALLOC_FAILED = re.compile(
 def is_library_alloc_failure(message: str | None) -> bool:
     """A CUDA library's allocation-failure status in an error message."""
     return bool(_LIBRARY_ALLOC_FAILED.search(message or ""))
-
-
-def cgroup_free_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """Bytes left under this process's cgroup memory limit (v2, or v1's memory controller: a container's
-    --memory, a SLURM job's), as `docker stats` counts: limit - (usage - inactive file cache). None: no limit."""
-    try:
-        entries = [line.split(":", 2) for line in proc_cgroup.read_text().splitlines()]
-    except OSError:
-        return None
-    for _, controllers, path in (e for e in entries if len(e) == 3 and (e[1] == "" or "memory" in e[1].split(","))):
-        v2 = controllers == ""
-        base = root / ("" if v2 else "memory") / path.lstrip("/")
-        try:
-            limit = (base / ("memory.max" if v2 else "memory.limit_in_bytes")).read_text().strip()
-            used = int((base / ("memory.current" if v2 else "memory.usage_in_bytes")).read_text())
-            stat = dict(e.split()[:2] for e in (base / "memory.stat").read_text().splitlines() if " " in e)
-            if limit != "max" and int(limit) < 2**60:  # v1 writes "no limit" as a page-rounded 2^63
-                return max(int(limit) - used + int(stat.get("inactive_file" if v2 else "total_inactive_file", 0)), 0)
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 def check_runnable(cfg) -> None:
@@ -287,8 +266,7 @@ class Backend:
 
     def free_memory_bytes(self, processes_on_node: int = 1) -> int | None:
         """Bytes this process can take now: its share of MemAvailable (or of a cgroup's limit) among the node's."""
-        free, limited = psutil.virtual_memory().available, cgroup_free_bytes()
-        return (free if limited is None else min(free, limited)) // max(processes_on_node, 1)
+        return available_memory_bytes() // max(processes_on_node, 1)
 
     def in_use_bytes(self) -> int:
         """What the peak columns count from, now: torch's allocated bytes, else (CPU) the process's RSS."""

@@ -1,54 +1,21 @@
-"""The environment fingerprint that goes into every result row (`bench sysinfo`)."""
+"""The environment fingerprint that goes into every result row (`bench sysinfo`): what fingerprint.py reads without
+torch, and what torch says (its version, threads and CPU dispatch, CUDA and the GPUs)."""
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import json
-import os
-import platform
-import socket
-import subprocess
-from pathlib import Path
 
 import torch
 
-from bench_core import __version__
-from bench_core.capability import cpu_facts, cpu_model
+from bench_core.capability import cpu_facts
 from bench_core.devices import Backend
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-# Written by the build (setup.py) into an installed package: the commit it was built from.
-BUILD_RECORD = Path(__file__).resolve().parents[1] / "data" / "build.json"
-
-
-@functools.cache
-def git_commit() -> str:
-    """The project's commit: BENCH_GIT_COMMIT (set in the Docker image), else the one a built package
-    recorded, else git (a checkout, an editable install), else unknown."""
-    if os.environ.get("BENCH_GIT_COMMIT"):
-        return os.environ["BENCH_GIT_COMMIT"]
-    try:
-        return json.loads(BUILD_RECORD.read_text())["git_commit"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # not a built package (or an unreadable record): ask git
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    if out.returncode != 0:
-        return "unknown"
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+from bench_core.measure.fingerprint import (  # noqa: F401 - re-exported (their home is fingerprint.py)
+    BUILD_RECORD,
+    SLURM_EXCLUSIVE_ENV,
+    git_commit,
+    machine_columns,
+    package_version,
+    slurm_job,
+)
 
 
 def _nvml_driver() -> str | None:
@@ -75,25 +42,6 @@ def nccl_version() -> str | None:
     return str(version)
 
 
-# Set by bench slurm's batch script: 1 when the job has its nodes alone (--exclusive), 0 when
-# it shares them (--share). Unset: not a bench slurm job, so not known.
-SLURM_EXCLUSIVE_ENV = "BENCH_SLURM_EXCLUSIVE"
-
-
-def slurm_job(environ=os.environ) -> dict:
-    """The SLURM job this process runs in (nothing outside SLURM): job id, array task, node,
-    how often SLURM requeued it, and whether it had its node alone."""
-    job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID")
-    if not job:
-        return {}
-    task, restarts = environ.get("SLURM_ARRAY_TASK_ID"), environ.get("SLURM_RESTART_COUNT")
-    return {"slurm_job_id": job,
-            "slurm_array_task_id": int(task) if task and task.isdigit() else None,
-            "slurm_node": environ.get("SLURMD_NODENAME") or socket.gethostname(),
-            "slurm_restart_count": int(restarts) if restarts and restarts.isdigit() else 0,
-            "slurm_exclusive": {"1": True, "0": False}.get(environ.get(SLURM_EXCLUSIVE_ENV, ""))}
-
-
 def device_columns(device: torch.device) -> dict:
     """A row's device columns: its type, its name (the GPU's, or the CPU model) and how many of its
     kind this host has."""
@@ -117,31 +65,20 @@ def collect(device: torch.device | None = None) -> dict:
 def machine_facts_forget() -> None:
     """Read the machine again at the next row (a test that sets BENCH_CPU_AS in this process)."""
     _machine.cache_clear()
+    machine_columns.cache_clear()
 
 
 @functools.cache
 def _machine() -> dict:
     cuda = torch.cuda.is_available()
     return {
-        "host": socket.gethostname(),
-        "os": platform.platform(),
-        "python_version": platform.python_version(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": None,
+        **machine_columns(),  # what is known without torch; torch says the rest
         "torch_version": torch.__version__,
-        "torchvision_version": _version("torchvision"),
-        "timm_version": _version("timm"),
-        "transformers_version": _version("transformers"),
-        "diffusers_version": _version("diffusers"),
-        "smp_version": _version("segmentation-models-pytorch"),
         "cuda_version": torch.version.cuda if cuda else None,
         "cudnn_version": str(torch.backends.cudnn.version()) if cuda and torch.backends.cudnn.is_available() else None,
         "nccl_version": nccl_version() if cuda else None,
         "driver_version": _nvml_driver() if cuda else None,
         "gpu_count": torch.cuda.device_count() if cuda else 0,
-        "project_version": __version__,
-        "git_commit": git_commit(),
         **cpu_facts().describe(),
     }
 

@@ -7,59 +7,21 @@ that cannot fit the device's free memory is an `oom` row said at once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from bench_core.devices import Backend
+from bench_core.run.memory_floor import (  # noqa: F401 - re-exported (their home is memory_floor.py)
+    GIB,
+    OPTIMIZER_STATES,
+    RESERVED_OVER_ALLOCATED,
+    MemoryEstimate,
+    beyond_free,
+    parameter_floor,
+)
 from bench_core.run import ddp
 from bench_core.run.memory_trace import Trace, trace_step
 from bench_core.run.sharding import Layout
 from bench_core.workload.precision import Precision
-
-# Optimizer state per parameter, in the parameter's dtype (torch keeps it so): SGD's momentum buffer
-# (the runner's SGD has momentum 0.9), Adam's and AdamW's two moments.
-OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}
-GIB = 2**30
-# The estimate counts what tensors hold: the allocated peak. The caching allocator keeps freed blocks for
-# reuse, so a device holds more (the reserved peak): on the kept H200 training rows (gpu/runs/h200-2026-11-27
-# and -b) 1.02x (DLRM) to 1.30x (ResNet-50 fp32 at batch 640) the allocated peak. tests/test_memory.py reads it.
-RESERVED_OVER_ALLOCATED = 1.30
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes per rank, by what holds them; `activations` None where nothing states them."""
-    parameters: int
-    gradients: int = 0
-    optimizer: int = 0
-    buckets: int = 0                    # DDP's gradient buckets: a second copy of the gradients
-    activations: int | None = None
-    transient: int = 0                  # what the step makes and frees around its peak (gradients of activations, ...)
-    kv_cache: int = 0                   # generation and serving: the keys and values the sequences cache
-    how: str = ""                       # the terms as a reader checks them
-    stated: bool = False                # the task's own figure (how says what it is), not counted here
-    partial: bool = False               # the traced step stopped before its end (how says where)
-    phases: dict = field(default_factory=dict, compare=False)  # a traced step's total per phase (the peak: the
-    #                                                            highest); what the batch search reads line by line
-
-    @property
-    def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.buckets + (self.activations or 0) + \
-            self.transient + self.kv_cache
-
-    def text(self) -> str:
-        if self.stated:
-            return f"{self.how} need {self.total / GIB:.4g} GiB"
-        terms = [("parameters", self.parameters), ("gradients", self.gradients), ("optimizer state", self.optimizer),
-                 ("DDP buckets", self.buckets), ("activations", self.activations), ("transient", self.transient),
-                 ("KV cache", self.kv_cache)]
-        shown = " + ".join(f"{name} {value / GIB:.4g}" for name, value in terms if value)
-        return f"estimate: {shown} = {self.total / GIB:.4g} GiB per rank ({self.how})"
-
-    def columns(self) -> dict:
-        return {"mem_estimate_bytes": self.total, "mem_estimate": self.text()}
-
 
 def estimate(task, spec, cfg, precision: Precision, device_type: str = "cuda") -> MemoryEstimate | None:
     """What one rank of `cfg` needs at its peak on a `device_type` device (its autocast decides what is
@@ -101,19 +63,8 @@ def floor(task, spec, cfg, precision: Precision) -> MemoryEstimate | None:
         count = sum(p.numel() for p in model.parameters())
         trained_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     layout = Layout.of(cfg)
-    parts = layout.shard * layout.tp
-    weights, trained = (n * _parameter_bytes(precision) // parts for n in (count, trained_count))
-    stated = task.memory_needed(cfg)
-    if stated is not None or cfg.mode != "train":
-        # (sparse embedding tables, the task's own figure: their gradients and state are as sparse as a batch)
-        weights = max(weights, stated[0]) if stated else weights
-        trained = 0
-    how = ([f"{stated[1]} among the parameters"] if stated else []) + \
-        ["parameters" + (", gradients and optimizer state" if trained else "") +
-         " alone, from the parameter count (not traced: a floor)"] + \
-        ([f"{cfg.parallelism} over {parts}"] if parts > 1 else [])
-    return MemoryEstimate(parameters=weights, gradients=trained, optimizer=OPTIMIZER_STATES[cfg.optimizer] * trained,
-                          how="; ".join(how))
+    return parameter_floor(count, trained_count, _parameter_bytes(precision), cfg, layout.shard * layout.tp,
+                           task.memory_needed(cfg))
 
 
 def _parameter_bytes(precision: Precision) -> int:
@@ -277,8 +228,7 @@ def check_fits(found: MemoryEstimate | None, backend: Backend, processes_on_node
     free = backend.free_memory_bytes(processes_on_node) if found else None
     if free is None:
         return
-    free = ddp.least_over_ranks(free)
-    if found.total > free:
-        share = f" (its share for {processes_on_node} processes)" if processes_on_node > 1 and \
-            backend.device.type == "cpu" else ""
-        raise MemoryError(f"{found.text()}; {backend.device} has {free / GIB:.4g} GiB free{share}")
+    beyond = beyond_free(found, ddp.least_over_ranks(free), str(backend.device),
+                         processes_on_node if backend.device.type == "cpu" else 1)
+    if beyond:
+        raise MemoryError(beyond)

@@ -6,12 +6,15 @@ them. Every builder passes weights=None / pretrained=False: nothing is ever down
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import functools
 import json
 import types
 from pathlib import Path
+from typing import Iterator
 
 from bench_core.errors import ConfigError
 from bench_core.workload import custom, detection, diffusion, recommendation, speech, text, vision, volumetric
@@ -39,8 +42,25 @@ def register_model(spec: ModelSpec) -> ModelSpec:
     return spec
 
 
+# A model resolved as given while a configuration is checked against it (resolved_as): no registry entry is left.
+_GIVEN: contextvars.ContextVar[dict[str, ModelSpec]] = contextvars.ContextVar("given_models", default={})
+
+
+@contextlib.contextmanager
+def resolved_as(spec: ModelSpec) -> Iterator[None]:
+    """Within the block (this thread or task only), `spec.name` resolves to `spec`: a configuration checked
+    against a spec made without its library (text.known_decoder_spec: no transformers)."""
+    token = _GIVEN.set({**_GIVEN.get(), spec.name: spec})
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
 def resolve_model(name: str) -> ModelSpec:
     key = name.strip()
+    if key in _GIVEN.get():
+        return _GIVEN.get()[key]
     lowered = key.lower()
     if lowered in REGISTRY or lowered in _ALIASES:
         return REGISTRY[_ALIASES.get(lowered, lowered)]

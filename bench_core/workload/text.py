@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench_core.errors import ConfigError
 from bench_core.workload import transformer_shape as shape
+from bench_core.workload.decoder_params import decoder_config
 from bench_core.workload.family import ModelSpec, Task, Workload, seeded_generator
 from bench_core.workload.vision import closest
 
@@ -298,10 +299,31 @@ def hf_spec(inner: str) -> ModelSpec:
                                        f", or a model type such as hf:llama")
         values = {"model_type": inner}
     model = TextModel(_complete(values, inner))
-    task = _task_of(model, values)
+    return _hf_model(inner, model, _task_of(model, values))
+
+
+def _hf_model(inner: str, model: TextModel, task: TextTask) -> ModelSpec:
     default = min(HF_DEFAULT_SEQ_LEN, model.max_positions or HF_DEFAULT_SEQ_LEN)
     return ModelSpec(f"hf:{inner}", task, TextModel(model.config, default), source=_SOURCE,
                      notes=f"transformers {model.model_type}, random weights")
+
+
+def known_decoder_spec(inner: str) -> ModelSpec | None:
+    """What hf_spec makes of `hf:<inner>`, where inner is a config.json of a decoder family whose parameters are
+    counted from the file (decoder_params.py), made without transformers: the config as decoder_config completes
+    it (its sizes and position limit, as transformers would fill them) and the causal-LM task. None for anything
+    else, a file that cannot be read among it: hf_spec says why."""
+    path = Path(inner).expanduser()
+    if not (inner.endswith(".json") or path.is_dir()):
+        return None
+    try:
+        values = _read_config(path / "config.json" if path.is_dir() else path, inner)
+    except ConfigError:
+        return None
+    config = decoder_config(values)
+    if config is None or " ".join(values.get("architectures") or []).endswith("ForMaskedLM"):
+        return None  # (any other architecture of these types is a causal LM to _task_of)
+    return _hf_model(inner, TextModel(config), CAUSAL_LM)
 
 
 def _read_config(path: Path, inner: str) -> dict:
