@@ -59,7 +59,8 @@ COMMANDS = {
 
 # Commands whose flags live apart from what they run: their --help, and a value the configuration's checks refuse,
 # are answered without importing the command's module (and torch with it: 3-4 s of a 2-core CPU).
-FLAGS = {name: "bench_core.cli.flags" for name in ("run", "sweep", "find-batch", "compare", "ladder")}
+FLAGS = {**{name: "bench_core.cli.flags" for name in ("run", "sweep", "find-batch", "ladder")},
+         "compare": "bench_core.cli.compare_flags"}
 
 
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:

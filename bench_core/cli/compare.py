@@ -14,7 +14,7 @@ from bench_core.cli.common import (
     progress_printer,
     write_json,
 )
-from bench_core.cli.flags import check_compare
+from bench_core.cli.compare_flags import check_compare
 from bench_core.config.schema import BenchConfig
 from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.devices import check_runnable
