@@ -1,8 +1,7 @@
 """The `bench` command: one module per subcommand (cli/<command>.py), each giving
 `add_arguments(parser)` and `main(args)` (cli/info.py serves models, sysinfo and peak with
-`add_<command>_arguments` and `main_<command>`; a command in FLAGS has its flags in the module FLAGS names
-(cli/flags.py, or cli/compare_flags.py), apart
-from its torch); the only place that parses arguments.
+`add_<command>_arguments` and `main_<command>`; a command in FLAGS has its flags in the module FLAGS names,
+cli/flags.py or cli/compare_flags.py, apart from its torch); the only place that parses arguments.
 
 Exit codes (bench_core.errors): 0 all rows ok; 1 a run or configuration failed (its rows are
 written); 2 bad input (a line on stderr naming the field, one per mistake; nothing written); 130
