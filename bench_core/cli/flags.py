@@ -18,7 +18,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
   bench run --model unet3d --depth 32 --width 64 --height 64 --mode infer --device cpu
   bench run --model resnet50 --precision amp-bf16 --batch-size 256 --nproc-per-node 8
 The last line says how many rows are ok, how many were disturbed (other processes on the CPU or device,
-throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
+the hypervisor's steal, throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
 exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported), its outputs are wrong results
 (outside its precision's tolerance of fp32 eager NCHW) or it could not be saved, 2 bad
 input, 130 interrupted by Ctrl-C and 143 by SIGTERM (finished repeats are kept, the rest is one

@@ -3,7 +3,8 @@
 NVIDIA GPUs through NVML (`nvidia-ml-py`): energy (total-energy counter difference; power
 integration only as fallback), power (the window's mean from that counter; samples instantaneous
 where NVML has NVML_FI_DEV_POWER_INSTANT), utilization, SM clock, memory, temperature,
-clock-event reasons, other processes on the device. CPU: process utilization and RSS (psutil), package energy (RAPL).
+clock-event reasons, other processes on the device. CPU: process utilization and RSS (psutil), package energy (RAPL),
+the hypervisor's steal time on this process's cores (/proc/stat: measure/steal.py).
 What cannot be read stays empty and `telemetry_note` says why; nothing here fails a run.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import psutil
 from bench_core.measure.noise import FOREIGN_CPU_CORES
 from bench_core.measure.nvml import open_gpu
 from bench_core.measure.rapl import RAPL_ROOT, open_rapl
+from bench_core.measure.steal import PROC_STAT, StealWindow, steal_flag
 from bench_core.results.rows import columns
 
 # Every reading inside the window takes the GIL from the step's thread: on a GPU seven NVML queries, each
@@ -40,15 +42,17 @@ class Sampler:
     `thread_cpu_s` is the CPU time the sampling thread itself used (its cost, for the record).
     `also_ours` gives the pids whose use of the device is the measured work, not another process's
     (a serving engine this process started: mode serve measures it from the outside).
+    `proc_stat`: where steal time is read (a test's own text; /proc/stat).
     """
 
     def __init__(self, backend, interval_s: float | None = None, powercap_root: Path | str = RAPL_ROOT,
-                 also_ours: Callable[[], set[int]] | None = None):
+                 also_ours: Callable[[], set[int]] | None = None, proc_stat: Path | str = PROC_STAT):
         self.backend = backend
         self.also_ours = also_ours  # pids whose work on the device is the measured work (a serving engine's)
         self.device = backend.device
         self.interval_s = interval_s or (GPU_INTERVAL_S if self.device.type == "cuda" else CPU_INTERVAL_S)
         self.powercap_root = Path(powercap_root)
+        self.proc_stat = Path(proc_stat)
         self.thread_cpu_s = 0.0
         self.ticks = 0
         self._columns: dict = {}
@@ -64,6 +68,7 @@ class Sampler:
         self._rss_max = self._process.memory_info().rss
         self._stop = threading.Event()
         self._cpu0 = (_tree_cpu_s(self._process), _host_busy_s())
+        self._steal = StealWindow(self.proc_stat)
         self._t0 = time.perf_counter()
         self._read(self._t0, edge=True)
         self._thread = threading.Thread(target=self._loop, name="bench-telemetry", daemon=True)
@@ -75,9 +80,10 @@ class Sampler:
         self._thread.join()
         end = time.perf_counter()
         cpu1 = (_tree_cpu_s(self._process), _host_busy_s())
+        steal = self._steal.cores(end - self._t0)
         self._read(end, edge=True)
         try:
-            self._columns = self._summarise(end - self._t0, cpu1)
+            self._columns = self._summarise(end - self._t0, cpu1, steal)
         finally:
             if self._gpu:
                 self._gpu.close()
@@ -102,7 +108,7 @@ class Sampler:
             pass
 
     # -- after the window --------------------------------------------------------------
-    def _summarise(self, wall_s: float, cpu1) -> dict:
+    def _summarise(self, wall_s: float, cpu1, steal: float | None) -> dict:
         ours_s = cpu1[0] - self._cpu0[0]
         busy_s = max(ours_s - self.thread_cpu_s, 0.0)
         cols = {"cpu_util_pct_mean": busy_s / wall_s * 100.0 if wall_s > 0 else None}
@@ -112,9 +118,10 @@ class Sampler:
             cols.update(self._rapl.columns(wall_s))
             if cols.get("power_w_mean") is not None:
                 cols["power_method"] = "rapl-counter"  # package energy / window seconds
-        foreign = _foreign_cpu_flag(cpu1[1] - self._cpu0[1] - ours_s, wall_s)
-        if foreign:
-            cols["noise_flags"] = ";".join(f for f in (cols.get("noise_flags"), foreign) if f)
+        cols["cpu_steal_cores"] = steal
+        machine = (_foreign_cpu_flag(cpu1[1] - self._cpu0[1] - ours_s, wall_s), steal_flag(steal, wall_s))
+        if any(machine):
+            cols["noise_flags"] = ";".join(f for f in (cols.get("noise_flags"), *machine) if f)
         if WINDOW_RSS_COLUMN in _schema_columns():
             cols[WINDOW_RSS_COLUMN] = self._rss_max
         cols["telemetry_note"] = "; ".join(self._notes) or None
@@ -223,7 +230,8 @@ def combine_ranks(per_rank: list[dict]) -> dict:
     out = {k: mean(k) for k in ("power_w_mean", "power_w_sampled", "energy_j", "gpu_util_pct_mean", "sm_clock_mhz_mean",
                                 "cpu_util_pct_mean")}
     out.update({k: max(values(k), default=None)
-                for k in ("power_w_max", "power_limit_w", "gpu_mem_used_bytes", "gpu_temp_c_max", WINDOW_RSS_COLUMN)
+                for k in ("power_w_max", "power_limit_w", "gpu_mem_used_bytes", "gpu_temp_c_max", "cpu_steal_cores",
+                          WINDOW_RSS_COLUMN)
                 if k != WINDOW_RSS_COLUMN or k in _schema_columns()})
     out["sm_clock_mhz_min"] = min(values("sm_clock_mhz_min"), default=None)
     methods = set(values("energy_method"))  # the weakest method used by any rank
