@@ -100,3 +100,27 @@ def test_bench_compare_counts_steady_steal_as_a_load_its_alternating_rounds_shar
     assert result.verdict == "slower" and result.under_load.startswith("measured under load: 6 of 6 rounds")
     assert "(0.31-0.32 cores busy)" in result.under_load  # each round: the mean of its A and B windows
     assert load_cores("other-processes-on-cpu(0.50 cores);cpu-steal(0.25 cores)") == 0.75
+
+
+def test_steal_is_not_counted_as_other_processes():
+    """psutil's busy sum holds steal; the other-processes flag must not see the hypervisor's steal as a process."""
+    import collections
+    times = collections.namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+    quiet = times(100.0, 0.0, 20.0, 500.0, 5.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+    stolen = quiet._replace(steal=30.0)
+    assert telemetry.host_busy_s(quiet) == telemetry.host_busy_s(stolen) == pytest.approx(121.0)
+
+
+def test_the_sweeps_busy_warning_names_steal(tmp_path):
+    cores = sorted(our_cpus() or {0})
+    stat = tmp_path / "stat"
+    stat.write_text(proc_stat(cores, steal_ticks=0))
+    busy = telemetry.BusyNow(proc_stat=stat)
+    stat.write_text(proc_stat(cores, steal_ticks=100))  # 1 s a core within the stretch of at least 0.3 s
+    text = busy.text(min_s=0.3)
+    assert text.startswith("this machine is busy: ") and "of its cores to someone else (CPU steal)" in text
+    assert telemetry.busy_text(0.0, steal=None) == ""
+    assert telemetry.busy_text(0.0, steal=0.3) == (
+        "this machine is busy: the hypervisor is giving 0.30 of its cores to someone else (CPU steal); the estimate "
+        "is for an idle machine, so the sweep will take longer, and repeats measured beside them are marked "
+        "disturbed (re-measure on a quiet machine)")

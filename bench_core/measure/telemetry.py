@@ -164,38 +164,57 @@ def _children(process: psutil.Process) -> list:
 
 
 def _host_busy_s() -> float:
-    """Busy CPU seconds of the whole host, summed over CPUs (psutil's cpu_percent arithmetic)."""
-    t = psutil.cpu_times()
-    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest is in user
-    return total - t.idle - getattr(t, "iowait", 0.0)
+    return host_busy_s(psutil.cpu_times())
+
+
+def host_busy_s(times) -> float:
+    """Busy CPU seconds of the whole host's processes (and its kernel), summed over CPUs, from psutil.cpu_times():
+    psutil's cpu_percent arithmetic less steal, which is in that sum but is no process's (the hypervisor ran
+    someone else on a core that had work): measure/steal.py reads it apart, on the cores this process uses."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)  # guest is in user
+    return total - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "steal", 0.0)
 
 
 class BusyNow:
     """Other processes' load on the host CPU, in cores, over a stretch of this process's own work: made at its
-    start, then `cores(min_s)` (which waits out a stretch shorter than min_s first). What `bench sweep` says
-    before it starts: its estimate is for an idle machine, and a machine busy now makes the sweep slower and
-    its repeats disturbed."""
+    start, then `cores(min_s)` (which waits out a stretch shorter than min_s first), or `text(min_s)`, which also
+    reads the hypervisor's steal over it. What `bench sweep` says before it starts: its estimate is for an idle
+    machine, and a machine busy now makes the sweep slower and its repeats disturbed."""
 
-    def __init__(self):
+    def __init__(self, proc_stat: Path | str = PROC_STAT):
         self._process = psutil.Process()
+        self._steal = StealWindow(proc_stat)
         self._start = (time.perf_counter(), _tree_cpu_s(self._process), _host_busy_s())
 
     def cores(self, min_s: float = 0.3) -> float:
         """Other processes' busy cores since the start, the stretch made at least min_s long."""
+        return self._measure(min_s)[0]
+
+    def text(self, min_s: float = 0.3) -> str:
+        """busy_text of the stretch: other processes' cores, and the steal where it would flag a window."""
+        cores, steal, wall = self._measure(min_s)
+        return busy_text(cores, steal if steal_flag(steal, wall) else None)
+
+    def _measure(self, min_s: float) -> tuple[float, float | None, float]:
         wall0, own0, host0 = self._start
         time.sleep(max(0.0, min_s - (time.perf_counter() - wall0)))
         wall, own, host = time.perf_counter() - wall0, _tree_cpu_s(self._process) - own0, _host_busy_s() - host0
-        return max(0.0, (host - own) / wall) if wall > 0 else 0.0
+        steal = self._steal.cores(wall)
+        return (max(0.0, (host - own) / wall) if wall > 0 else 0.0), steal, wall
 
 
-def busy_text(cores: float) -> str:
-    """'' on a quiet machine (other processes under FOREIGN_CPU_CORES); else the line saying that the machine is
-    busy and what it does to a sweep's estimate and rows."""
-    if cores <= FOREIGN_CPU_CORES:
+def busy_text(cores: float, steal: float | None = None) -> str:
+    """'' on a quiet machine (other processes under FOREIGN_CPU_CORES, no steal given); else the line saying that
+    the machine is busy (other processes; `steal`: the hypervisor's cores taken from this VM) and what it does to
+    a sweep's estimate and rows."""
+    others = cores > FOREIGN_CPU_CORES
+    if not others and steal is None:
         return ""
-    return (f"this machine is busy: other processes are using {cores:.1f} of its {os.cpu_count()} cores now; the "
-            "estimate is for an idle machine, so the sweep will take longer, and repeats measured beside them "
-            "are marked disturbed (re-measure on a quiet machine)")
+    what = [f"other processes are using {cores:.1f} of its {os.cpu_count()} cores now"] if others else []
+    if steal is not None:
+        what.append(f"the hypervisor is giving {steal:.2f} of its cores to someone else (CPU steal)")
+    return (f"this machine is busy: {'; '.join(what)}; the estimate is for an idle machine, so the sweep will take "
+            "longer, and repeats measured beside them are marked disturbed (re-measure on a quiet machine)")
 
 
 def _foreign_cpu_flag(others_s: float, wall_s: float) -> str | None:
