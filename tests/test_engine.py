@@ -1,5 +1,6 @@
 """The engine as a user meets it from Python: run_benchmark(BenchConfig) -> honest rows."""
 import gc
+import os
 import math
 import re
 import weakref
@@ -56,6 +57,14 @@ def test_cold_start_reported_apart(train_rows):
     assert row["first_step_ms"] > 0
     assert row["compile_s"] is None  # compile off
     assert row["warmup_s"] is not None
+
+
+def test_a_cpu_window_records_the_hypervisors_steal_where_the_machine_counts_it(train_rows):
+    from bench_core.measure.steal import read_steal_s
+    counted = read_steal_s() is not None  # Linux's /proc/stat with its steal field; elsewhere no reading
+    for row in train_rows:
+        assert (row["cpu_steal_cores"] is not None) == counted
+        assert not counted or 0 <= row["cpu_steal_cores"] <= len(os.sched_getaffinity(0))
 
 
 def test_environment_and_knobs_in_every_row(train_rows):

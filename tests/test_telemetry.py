@@ -170,8 +170,8 @@ def sample(backend, seconds=WINDOW_S, **kwargs):
 
 
 def device_flags(flags):
-    """The flags about the GPU: a shared CI host may add its own other-processes-on-cpu flag."""
-    kept = [f for f in (flags or "").split(";") if f and not f.startswith("other-processes-on-cpu")]
+    """The flags about the GPU: a shared CI host may add its own other-processes-on-cpu flag, a cloud VM cpu-steal."""
+    kept = [f for f in (flags or "").split(";") if f and not f.startswith(("other-processes-on-cpu", "cpu-steal"))]
     return ";".join(kept) or None
 
 

@@ -18,9 +18,10 @@ Reports B/A throughput: the geometric mean of per-round ratios with a 95% t-inte
 and a verdict: faster / slower (the CI excludes 1 and the change is at least --min-effect) or no
 clear difference (the same verdicts as bench diff). The variant table's samples/s are the geometric
 means over the same rounds, so their ratio is the verdict's B/A.
-Disturbed: rounds where either row is flagged other-processes-on-cpu, other-processes-on-device,
+Disturbed: rounds where either row is flagged other-processes-on-cpu, cpu-steal, other-processes-on-device,
 throttle, clock-drop or unstable-repeats are left out. Under load: where too few are left and the
-rest were disturbed by other processes alone (a neighbour's job on a shared machine or CI runner),
+rest were disturbed by other processes alone (a neighbour's job on a shared machine or CI runner, or
+the hypervisor's steal of the VM's cores),
 A and B shared that load round by round, and it cancels in B/A: with 4 or more such rounds whose
 B/A does not move with the load (its level, or how unevenly it fell on A and B), the verdict is
 given and says MEASURED UNDER LOAD (exit 0). Where B/A moves with the load, or the device

@@ -46,8 +46,8 @@ comparison would call {POWER:.0%} of the time at its noise: 'no regression' mean
 The last line answers "how many runs do I need to see a 3 % drop?": the runs a side that catch a 3,
 5 or 10 % slowdown at the run-to-run spread measured here (with 2+ runs a side; else the stated one)
 and the --fail-above they need (a threshold at or above a slowdown never calls it).
-Disturbed: repeats flagged other-processes-on-cpu, other-processes-on-device, throttle, clock-drop
-or unstable-repeats are left out, and the 'samples' column says what was used and what set aside
+Disturbed: repeats flagged other-processes-on-cpu, cpu-steal (the hypervisor took this VM's cores),
+other-processes-on-device, throttle, clock-drop or unstable-repeats are left out, and the 'samples' column says what was used and what set aside
 ('repeats, 1 run (of 3 a side: 2 set aside as disturbed)'); with too few left the verdict is
 'disturbed: re-measure'. Runs are separate processes that share no disturbance, so nothing
 measured under load is judged here (bench compare can: its A and B alternate).

@@ -1,6 +1,6 @@
 """The flags of the commands whose own modules import torch (cli/__init__.FLAGS: `bench run`, `sweep`, `find-batch`
-and `ladder`, whose modules are cli/<command>.py; `compare`'s are in cli/compare_flags.py), apart from what the commands run: their --help, and a
-value the configuration's checks refuse, are answered without loading torch. `add_<command>_arguments(parser)`;
+and `ladder`, whose modules are cli/<command>.py; `compare`'s are in cli/compare_flags.py), apart from what the
+commands run: their --help, and a value the configuration's checks refuse, are answered without loading torch. `add_<command>_arguments(parser)`;
 `check_<command>(args)`, where there is one (a sweep's file is checked by its plan, which needs the devices): None
 to go on to the command, or the command's exit status where the check has answered it (bench run's `oom` row of a
 model too large for the CPU, said from its config).
@@ -31,7 +31,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
   bench run --model unet3d --depth 32 --width 64 --height 64 --mode infer --device cpu
   bench run --model resnet50 --precision amp-bf16 --batch-size 256 --nproc-per-node 8
 The last line says how many rows are ok, how many were disturbed (other processes on the CPU or device,
-throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
+the hypervisor's steal, throttling: re-measure on a quiet machine) and how far a variant's outputs are from fp32 eager NCHW.
 exit status: 0 all rows ok, 1 a row failed (oom, nan, error, unsupported), its outputs are wrong results
 (outside its precision's tolerance of fp32 eager NCHW) or it could not be saved, 2 bad
 input, 130 interrupted by Ctrl-C and 143 by SIGTERM (finished repeats are kept, the rest is one

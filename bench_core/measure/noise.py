@@ -32,6 +32,17 @@ MIN_REPEATS_FOR_CV = 3
 FOREIGN_CPU_CORES = 0.25
 
 
+# Steal time over the window (measure/steal.py: the hypervisor ran someone else on this VM's cores while they had
+# work), in cores, above which a row is flagged cpu-steal. Lower than FOREIGN_CPU_CORES because steal lands on the
+# run's own cores: on a quiet VM the only vCPUs with work are the run's, and its threads compute in step (an
+# intra-op parallel region ends when its slowest thread does), so a slice stolen from any one of them stalls the
+# whole step, and s cores of steal can cost the window up to s of its time (0.05: 5 %); another process on a core
+# the run does not use costs it nothing. 5 % is half the run-to-run shift a CPU comparison allows for
+# (results/comparison.py RUN_SHIFT, 10 %) and over twice the 2 % it calls a difference. Steal's background on a
+# quiet 2-core Zen 3 VM was 1 tick (0.01 s) in 30 s, 0.0003 cores: far below, so it does not flag every row.
+STEAL_CPU_CORES = 0.05
+
+
 # A minimum SM clock below this fraction of the window's mean clock: the clock fell mid-window.
 CLOCK_DROP_RATIO = 0.9
 
@@ -213,6 +224,10 @@ def noise_rules() -> list[dict]:
         {"flag": "other-processes-on-cpu", "threshold": f"other processes used > {FOREIGN_CPU_CORES} cores during the "
                                                        "window (single-process runs)",
          "why": "another process shared the CPU cores the run's threads compute on"},
+        {"flag": "cpu-steal", "threshold": f"steal time on the run's cores (/proc/stat) > {STEAL_CPU_CORES} cores "
+                                           "during the window, beyond one tick of the counter",
+         "why": "the hypervisor gave this VM's cores to someone else while the run had work on them (no process "
+                "here shows it); a slice stolen from one thread stalls a step all its threads share"},
         {"flag": "other-processes-on-device", "threshold": "any foreign process on the GPU (NVML)",
          "why": "another process shared the device"},
         {"flag": "mfu-above-1", "threshold": "MFU > 1", "why": "impossible: the peak is too low; MFU is not shown"},

@@ -58,7 +58,7 @@ METHOD_TEXT = (
     "(its detectable slowdown). Two sides measured in one process (the precisions, compile modes and "
     "layouts of one model share a sweep's execution) share the shift and get no such term; machines "
     "and device counts are separate processes and get it. "
-    "Only undisturbed measurements are judged: repeats flagged other-processes-on-cpu, "
+    "Only undisturbed measurements are judged: repeats flagged other-processes-on-cpu, cpu-steal, "
     "other-processes-on-device, throttle, clock-drop, unstable-repeats or (serving) client-saturated are left "
     "out, and when too few are left for an interval the verdict is 'disturbed: re-measure', never faster or slower. "
     "power-capped and host-bound rows are judged (a re-measure gives the same), and the comparison says what bound "

@@ -7,13 +7,14 @@ measure/noise.py decides the flags; this is how they are read wherever a figure 
 from __future__ import annotations
 
 # Flags that say a measurement was disturbed, not merely imprecise: something else ran on the CPU or
-# the device, the device slowed itself, or the repeats disagreed beyond noise.REPEAT_CV_THRESHOLD. A
-# comparison (bench diff, bench compare, the report) leaves such repeats out and, with too few left,
-# says "disturbed: re-measure" instead of faster or slower. noisy-window and short-window are
-# imprecision that the spread of the repeats already carries; mfu-above-1 concerns the peak, not the timing.
+# the device (cpu-steal: on this VM's cores, by the hypervisor's choice), the device slowed itself, or
+# the repeats disagreed beyond noise.REPEAT_CV_THRESHOLD. A comparison (bench diff, bench compare, the
+# report) leaves such repeats out and, with too few left, says "disturbed: re-measure" instead of
+# faster or slower. noisy-window and short-window are imprecision that the spread of the repeats
+# already carries; mfu-above-1 concerns the peak, not the timing.
 # client-saturated: a serving point whose client (CPU or event loop) may have set the pace (bench_core.serving).
 # power-capped and host-bound say what bound a row (a re-measure gives the same): not disturbances.
-DISTURBING_FLAGS = ("other-processes-on-cpu", "other-processes-on-device", "throttle", "clock-drop",
+DISTURBING_FLAGS = ("other-processes-on-cpu", "cpu-steal", "other-processes-on-device", "throttle", "clock-drop",
                     "unstable-repeats", "client-saturated")
 RE_MEASURE = "re-measure on a quiet machine"
 

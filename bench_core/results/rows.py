@@ -43,7 +43,8 @@ from bench_core.results.serving_columns import SERVING_COLUMNS
 #    phase_times_s (where a configuration's time went outside its timed windows: a sweep's timing.json)
 # 10: a model from your code is named without its file's hash (code:<file>:<function>; model_code_sha256 holds
 #    the hash): one model across edits. Older rows' code:<file>:<function>@<hash> is read as the same model
-SCHEMA_VERSION = 10
+# 11: cpu_steal_cores (the hypervisor's steal time over the window; the cpu-steal flag)
+SCHEMA_VERSION = 11
 STATUSES = ("ok", "oom", "nan", "error", "unsupported", "crashed", "timeout", "interrupted")
 
 
@@ -248,6 +249,10 @@ _EFFICIENCY = [
     ("gpu_temp_c_max", "max GPU temperature, C"),
     ("throttle_reasons", "clock-event reasons seen during the window"),
     ("cpu_util_pct_mean", "process CPU utilization, % of one core"),
+    ("cpu_steal_cores", "steal time over the window in cores: seconds in which the hypervisor ran someone else on "
+                        "the cores this process may use while they had work (/proc/stat), / window seconds; above "
+                        "a stated threshold the row is flagged cpu-steal (measure/noise.py STEAL_CPU_CORES); empty "
+                        "where /proc/stat or its steal field is missing"),
     ("telemetry_note", "why telemetry columns are empty"),
     ("flops_per_sample", "FLOPs per sample per step that achieved_tflops and MFU use (1 MAC = 2 FLOPs; train = fwd "
                          "+ bwd): the task's formula where it has one (text), else counted (flops_method); "
@@ -279,8 +284,8 @@ _EFFICIENCY = [
     ("cost_per_million_samples", "price_per_hour x devices / (samples_per_s x 3600) x 1e6"),
     ("cost_per_million", "price_per_hour x devices / (throughput x 3600) x 1e6: the price of a million of "
                          "throughput_unit's items (images, volumes, tokens)"),
-    ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes) "
-                    "and what bound it, not a disturbance (host-bound, power-capped)"),
+    ("noise_flags", "reasons this row may be disturbed (noisy window, repeats that disagree, throttling, other processes, "
+                    "the hypervisor's steal) and what bound it, not a disturbance (host-bound, power-capped)"),
 ]
 
 

@@ -2,9 +2,10 @@
 
 A and B run back to back in every round, so a disturbance common to both windows (a neighbour keeping a
 core busy all along) slows both and cancels in the round's ratio B/A: that is what interleaving is for.
-Rounds flagged only for other processes (LOAD_FLAGS) are therefore judged, and the verdict says that it
-was measured under load, where B/A does not move with the load: neither with its level (the other
-processes' cores in a round; 0 in a quiet one) nor with how unevenly it fell on the two windows (B's
+Rounds flagged only for other processes (LOAD_FLAGS; the hypervisor's steal of this VM's cores, cpu-steal,
+is such a load too) are therefore judged, and the verdict says that it was measured under load, where B/A
+does not move with the load: neither with its level (the other processes' and the steal's cores in a round;
+0 in a quiet one) nor with how unevenly it fell on the two windows (B's
 cores minus A's). A slope of log B/A against either whose 95 % interval excludes 0 means the ratio itself
 moves with the load, and the verdict stays 'disturbed: re-measure'. A steady load cannot show whether the
 ratio would differ on an idle machine (A at 2 threads loses more to a busy core than B at 1): the verdict
@@ -32,7 +33,7 @@ from bench_core.results.comparison import (
     usable_or_nan,
 )
 
-LOAD_FLAGS = ("other-processes-on-cpu", "other-processes-on-device")
+LOAD_FLAGS = ("other-processes-on-cpu", "cpu-steal", "other-processes-on-device")
 # Rounds a verdict under load rests on: fewer cannot show whether the ratio moves with the load.
 MIN_ROUNDS = 4
 # A load that varies by less than this many cores over the rounds is steady: the sampler's own reading moves
@@ -40,16 +41,17 @@ MIN_ROUNDS = 4
 # slope over such a span is noise. Over a wider span, B/A moves with the load when its slope's interval
 # excludes 0 and the change it implies across the span is at least the minimum effect.
 MIN_LOAD_SPAN = 0.25
-_CORES = re.compile(r"other-processes-on-cpu\(\s*([0-9.]+)\s*cores?\)")
+_CORES = re.compile(r"(?:other-processes-on-cpu|cpu-steal)\(\s*([0-9.]+)\s*cores?\)")
 
 
 def load_cores(noise_flags) -> float:
-    """Other processes' load in a row's noise_flags: the cores of 'other-processes-on-cpu(0.94 cores)', 1.0 for
-    'other-processes-on-device(...)' (a process on the device, not a share of it), 0.0 when neither."""
+    """Other processes' load in a row's noise_flags: the cores of 'other-processes-on-cpu(0.94 cores)' and of
+    'cpu-steal(0.31 cores)' added, 1.0 for 'other-processes-on-device(...)' (a process on the device, not a share of
+    it) alone, 0.0 when none."""
     text = noise_flags if isinstance(noise_flags, str) else ""
-    found = _CORES.search(text)
+    found = _CORES.findall(text)
     if found:
-        return float(found.group(1))
+        return sum(float(cores) for cores in found)
     return 1.0 if "other-processes-on" in text else 0.0
 
 

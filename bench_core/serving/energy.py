@@ -21,7 +21,7 @@ from bench_core.serving.server import Server
 # RSS alone, not the server's.
 KEPT = ("power_w_mean", "power_w_max", "energy_j", "energy_method", "power_method", "gpu_util_pct_mean",
         "sm_clock_mhz_mean", "sm_clock_mhz_min", "gpu_mem_used_bytes", "gpu_temp_c_max", "throttle_reasons",
-        "cpu_util_pct_mean", "noise_flags", "telemetry_note")
+        "cpu_util_pct_mean", "cpu_steal_cores", "noise_flags", "telemetry_note")
 
 
 class PointEnergy:

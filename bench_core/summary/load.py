@@ -42,7 +42,7 @@ NUMERIC = [
     "step_time_cv", "first_step_ms", "compile_s", "warmup_s", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes",
     "peak_rss_bytes", "params_count", "loss_final", "threads", "power_w_mean", "power_w_max", "power_w_sampled", "energy_j",
     "gpu_util_pct_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "gpu_mem_used_bytes", "gpu_temp_c_max",
-    "cpu_util_pct_mean", "flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "samples_per_j",
+    "cpu_util_pct_mean", "cpu_steal_cores", "flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "samples_per_j",
     "j_per_1k_samples", "samples_per_s_per_w", "cost_per_million_samples",
     "seq_len", "prompt_len", "new_tokens", "throughput", "tokens_per_s", "output_tokens", "ttft_ms_median",
     "ttft_ms_p95", "prefill_tokens_per_s", "decode_s", "decode_tokens_per_s", "itl_ms_median", "itl_ms_p95",

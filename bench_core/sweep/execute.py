@@ -158,7 +158,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, template: Path, force: bool = Fals
     for note in plan.notes:
         print(f"bench sweep: {note}", file=sys.stderr)
     print(f"bench sweep: {plan_summary(plan)}", file=sys.stderr)
-    loaded = telemetry.busy_text(busy.cores())  # measured over the set-up above: no wait of its own
+    loaded = busy.text()  # measured over the set-up above: no wait of its own
     if loaded:
         print(f"bench sweep: {loaded}", file=sys.stderr)
     try:

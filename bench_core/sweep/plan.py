@@ -348,7 +348,7 @@ def dry_run(plan: SweepPlan, out_dir: Path) -> int:
     print(f"bench sweep: {plan_summary(plan, listed=True)}; output would go to {out_dir}")
     for note in plan.notes:
         print(f"note: {note}")
-    loaded = telemetry.busy_text(busy.cores())
+    loaded = busy.text()
     if loaded:
         print(f"note: {loaded}")
     for execution in plan.executions:
