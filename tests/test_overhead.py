@@ -44,9 +44,9 @@ def test_the_environment_is_read_once_a_process_and_is_in_every_row(checked_rows
     """A sweep's kernel runs many configurations: each asked the package metadata again (and NVML for the
     driver). What cannot change while the process runs is read once; every row still carries it."""
     import torch
-    from bench_core.measure import environment
-    asked = []
-    monkeypatch.setattr(environment, "_version", lambda dist: asked.append(dist))
+    from bench_core.measure import environment, fingerprint
+    asked = []  # (the package metadata is read by fingerprint.py, what environment.collect starts from)
+    monkeypatch.setattr(fingerprint, "package_version", lambda dist: asked.append(dist))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench_core import results
-from bench_core.cli import run as run_command
+from bench_core.cli import run_output  # (where bench run records its rows)
 from conftest import bench_here, sigint_at_default, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,12 +198,12 @@ def test_a_stop_after_the_last_window_leaves_the_configuration_whole(monkeypatch
 def test_a_stop_while_a_finished_runs_rows_are_written_keeps_them(tmp_path, capsys, monkeypatch):
     """The run has measured everything; SIGTERM lands as its rows are written (scancel at a job's end): they
     are written whole, and the run ends as what it is, a finished run."""
-    write_run = run_command.results.write_run
+    write_run = run_output.results.write_run
 
     def signalled_while_writing(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)  # to this process, where bench run's main() handles SIGTERM
         return write_run(*args, **kwargs)
-    monkeypatch.setattr(run_command.results, "write_run", signalled_while_writing)
+    monkeypatch.setattr(run_output.results, "write_run", signalled_while_writing)
     out = tmp_path / "out"
     done = bench_here(capsys, "run", *TINY, "--steps", "2", "--warmup-steps", "1", "--repeats", "2",
                       "--min-seconds", "0", "--out", str(out))
