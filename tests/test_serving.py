@@ -546,23 +546,28 @@ def test_two_client_processes_share_a_point_and_its_records_are_one_point_on_one
     assert figures_of(row) == {k: row[k] for k in figures_of(row)}
 
 
-# Where the ladder stops is a verdict on timings (a doubling that adds under 10 %): `alone`, so that the suite's
-# other workers do not disturb its rungs (beside them every rung was flagged other-processes-on-cpu, 1.4-1.6 cores,
-# and one ladder 'saturated' at concurrency 2 on a slowed rung). What the suite cannot hold off, another job or the
-# hypervisor taking the VM's cores (cpu-steal), its rungs' flags see: a rung slowed by it can make the next look
-# like a 10 % gain, so a ladder that ran to its last rung is excused there, and only there; it says so in its
-# points (bench ladder: 'DISTURBED' and the re-measure note).
-@pytest.mark.alone
-def test_the_ladder_doubles_the_load_until_it_saturates_and_the_report_draws_its_frontier(session, folder, tmp_path):
+# Where the ladder stops is a verdict on timings (a doubling that adds under 10 %): on a quiet machine a tiny
+# model saturates by concurrency 16 or so, but a neighbour or the hypervisor slowing one rung can make the next
+# look like a gain (the suite once saw a ladder still rising 10 % at its 8th rung), and no test asserts a timing.
+# So the test asserts that the stop agrees with the points it measured: every rung before the last added at least
+# min_gain over the best before it, and the last either did not (saturated) or was the last allowed.
+def test_the_ladder_doubles_the_load_until_it_stops_says_why_and_the_report_draws_its_frontier(session, folder,
+                                                                                                  tmp_path):
     from bench_core import results
-    from bench_core.scenarios.ladder import LAST_RUNG, climb
+    from bench_core.scenarios.ladder import CLIENT, LAST_RUNG, SATURATED, climb
     from bench_core.summary.load import load_results
     from bench_core.summary.serving import frontier_points, serving_points
     cfg = serve_config(folder, steps=4, warmup_steps=0, price_per_hour=2.0)
     ladder = climb(cfg, "concurrency", max_points=8, session=session)
-    disturbed = [p["load"] for p in ladder.points() if p["disturbed"]]
-    assert len(ladder.rungs) >= 2, ladder.why
-    assert ladder.stop != LAST_RUNG or disturbed, ladder.why  # on a quiet machine it stopped by itself
+    rates = [p["output_tokens_per_s"] for p in ladder.points()]
+    assert len(ladder.rungs) >= 2 and all(p["status"] == "ok" for p in ladder.points()), ladder.why
+    assert all(rate >= max(rates[:k]) * 1.1 for k, rate in enumerate(rates[1:-1], 1)), (rates, ladder.why)
+    last = rates[-1] >= max(rates[:-1]) * 1.1  # the last doubling still added 10 %
+    assert (ladder.stop, last) in ((SATURATED, False), (LAST_RUNG, True)) or \
+        (ladder.stop == CLIENT and ladder.points()[-1]["client_saturated"]), (rates, ladder.why)
+    assert ladder.stop != LAST_RUNG or len(ladder.rungs) == 8, ladder.why
+    assert ladder.why.startswith({SATURATED: "saturated: output tokens/s", LAST_RUNG: "8 points and output tokens/s "
+                                  "still rose", CLIENT: "the client was saturated"}[ladder.stop]), ladder.why
     assert [r.load for r in ladder.rungs] == [2.0 ** k for k in range(len(ladder.rungs))]
     assert all(len(r.rows) == 1 and r.rows[0]["steps"] >= 2 * r.load for r in ladder.rungs)  # 2 requests a user
     for rung in ladder.rungs:
