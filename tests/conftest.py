@@ -106,8 +106,10 @@ def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["bench", *args], code, out.out, out.err)
 
 
-# A test marked `alone` measures something whose verdict needs a quiet machine (bench diff of the
-# same code twice): while it runs (setup, call and teardown), no other test of this session runs.
+# A test marked `alone` measures something that needs the cores to itself (the serving client's own CPU
+# share, the allocator's count of a step): while it runs (setup, call and teardown), no other test of this
+# session runs. A verdict on timings (bench diff of the same code twice, where a ladder saturates) is no test
+# at all: those tests assert that the verdict agrees with what was measured, and need no quiet machine.
 # Every test holds a shared lock on one file per session; an `alone` test holds it exclusively, so
 # the other workers wait between their tests. A second file is the turnstile every test passes
 # before it takes the shared lock: an `alone` test holds it while it waits, so no new test starts
