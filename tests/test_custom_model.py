@@ -51,16 +51,26 @@ def test_the_example_trains_and_infers_in_its_own_unit_with_mfu_the_estimate_and
     assert infer["output_check"] == "within tolerance" and float(infer["output_rel_error"]) > 0  # bf16 against fp32 eager
 
 
+ONE_PROCESS = dict(model=MODEL, width=32, height=32, batch_size=2, steps=2, warmup_steps=2, repeats=1, min_seconds=0,
+                   device="cpu", dist_timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def one_process_of_your_model() -> dict:
+    """The one-process run both parallelisms are compared with (the same configuration for each: run once)."""
+    (one,) = run_benchmark(BenchConfig(**ONE_PROCESS))
+    return one
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
-def test_two_processes_of_your_model_train_as_one_process_does(parallelism, tmp_path, monkeypatch):
+def test_two_processes_of_your_model_train_as_one_process_does(parallelism, one_process_of_your_model, tmp_path,
+                                                                monkeypatch):
     # Every rank is given the batch its function makes from the seed: two processes at batch 2 average
     # the gradients of two equal halves, which is one process's step at batch 2.
     monkeypatch.setenv(torchrun.WORKDIR_ENV, str(tmp_path))
-    base = dict(model=MODEL, width=32, height=32, batch_size=2, steps=2, warmup_steps=2, repeats=1, min_seconds=0,
-                device="cpu", dist_timeout_s=60)
-    (one,) = run_benchmark(BenchConfig(**base))
-    (two,) = run_benchmark(BenchConfig(**base, nproc_per_node=2, parallelism=parallelism))
+    one = one_process_of_your_model
+    (two,) = run_benchmark(BenchConfig(**ONE_PROCESS, nproc_per_node=2, parallelism=parallelism))
     assert one["status"] == two["status"] == "ok", two["message"]
     assert two["world_size"] == 2 and two["parallelism"] == parallelism
     reference = [float(x) for x in one["warmup_losses"].split()]

@@ -4,7 +4,6 @@ own error and no process left behind."""
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ from bench_core.run import ddp
 from bench_core.run import worker
 from bench_core.config import ConfigError
 from bench_core import run_benchmark
-from conftest import tiny
+from conftest import bench_here, tiny
 
 
 _EARLIER_CHILDREN: set[int] = set()
@@ -144,11 +143,10 @@ def test_threads_are_shared_not_silently_one():
 
 # -- failures -------------------------------------------------------------------------------
 
-def test_more_processes_than_cores_is_refused_before_launch():
+def test_more_processes_than_cores_is_refused_before_launch(capsys):
     with pytest.raises(ConfigError, match="nproc_per_node"):
         torchrun.launch(tiny(nproc_per_node=99))
-    done = subprocess.run([sys.executable, "-m", "bench_core", "run", "--nproc-per-node", "99", "--device", "cpu"],
-                          capture_output=True, text=True, timeout=120)
+    done = bench_here(capsys, "run", "--nproc-per-node", "99", "--device", "cpu")  # bench's main: its exit status
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "nproc_per_node: 99" in done.stderr
 
