@@ -103,7 +103,8 @@ def test_the_same_tiny_sweep_twice_gets_the_verdict_its_samples_support(tmp_path
     code, out, err = bench(capsys, "diff", str(tmp_path / "old"), str(tmp_path / "new"))
     assert "environment: no recorded field differs" in out and "2 configuration(s), 2 in both" in out, out + err
     table = summary.diff_results(tmp_path / "old", tmp_path / "new").table.set_index("mode")
-    too_few = (clean_repeats(tmp_path / "old") < 2) | (clean_repeats(tmp_path / "new") < 2)
+    disturbed_old = clean_repeats(tmp_path / "old") < 2
+    too_few = disturbed_old | (clean_repeats(tmp_path / "new") < 2)
     assert list(table.loc[too_few.index, "verdict"] == "disturbed: re-measure") == list(too_few), table
     judged = table[table["verdict"] != "disturbed: re-measure"]
     regressions = judged[judged["regression"].astype(bool)]
@@ -124,7 +125,6 @@ def test_the_same_tiny_sweep_twice_gets_the_verdict_its_samples_support(tmp_path
     shutil.copytree(tmp_path / "old", tmp_path / "same")
     code, out, err = bench(capsys, "diff", str(tmp_path / "old"), str(tmp_path / "same"))
     same = summary.diff_results(tmp_path / "old", tmp_path / "same").table.set_index("mode")
-    disturbed_old = clean_repeats(tmp_path / "old") < 2
     assert code == (EXIT_DISTURBED if disturbed_old.any() else 0) and "REGRESSION" not in out, out + err
     assert (same.loc[~disturbed_old.reindex(same.index), "ratio"].round(6) == 1.0).all(), same
 
