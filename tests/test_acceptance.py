@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import bench_here
 
 from bench_core.config.schema import BenchConfig
 from bench_core.measure import flops
@@ -25,9 +26,10 @@ GPU_RUNS = sorted(p for p in (ROOT / "gpu" / "runs").iterdir() if p.is_dir())
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "NO_COLOR": "1"}
 
 
-def bench(*args, cwd=ROOT, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
+def bench(capsys, *args) -> subprocess.CompletedProcess:
+    """`bench ARGS` in this test's process (its exit status, stdout, stderr): what a command prints and exits
+    with does not depend on its own process start; the steps `bench acceptance` starts are processes still."""
+    return bench_here(capsys, *args)
 
 
 # -- planning: the GPU sweep is valid and covers every family and path ----------------------------------
@@ -149,10 +151,10 @@ def one_configuration_sweep(tmp_path: Path, mode: str) -> Path:
 
 
 @pytest.mark.slow
-def test_acceptance_runs_every_step_and_prints_its_checks(tmp_path):
+def test_acceptance_runs_every_step_and_prints_its_checks(tmp_path, capsys):
     sweep = one_configuration_sweep(tmp_path, "train")
     out = tmp_path / "out"
-    proc = bench("acceptance", "--out", str(out), "--sweep", str(sweep), "--budget-s", "600")
+    proc = bench(capsys, "acceptance", "--out", str(out), "--sweep", str(sweep), "--budget-s", "600")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     result = json.loads((out / "acceptance.json").read_text())
     assert [(s["name"], s["returncode"], s["timed_out"]) for s in result["steps"]] == [
@@ -173,9 +175,9 @@ def test_acceptance_runs_every_step_and_prints_its_checks(tmp_path):
     assert re.search(r"\d+ passed, 0 failed, \d+ skipped; results in ", tail)
 
 
-def test_a_spent_budget_skips_the_steps_and_says_so(tmp_path):
+def test_a_spent_budget_skips_the_steps_and_says_so(tmp_path, capsys):
     out = tmp_path / "out"
-    proc = bench("acceptance", "--out", str(out), "--budget-s", "1", timeout=300)
+    proc = bench(capsys, "acceptance", "--out", str(out), "--budget-s", "1")
     assert proc.returncode == 1  # no rows: the first check fails
     assert "== sweep: skipped" in proc.stdout and "(acceptance.json)" in proc.stdout  # only what exists
     result = json.loads((out / "acceptance.json").read_text())
@@ -197,10 +199,10 @@ def test_a_process_a_step_left_running_is_found_and_no_other():
     assert acceptance.leftover_processes(token) == []
 
 
-def test_bad_input_is_one_line(tmp_path):
-    proc = bench("acceptance", "--budget-s", "0", "--out", str(tmp_path / "x"), timeout=120)
+def test_bad_input_is_one_line(tmp_path, capsys):
+    proc = bench(capsys, "acceptance", "--budget-s", "0", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "budget_s" in proc.stderr
-    proc = bench("acceptance", "--sweep", "params/nope.yaml", "--out", str(tmp_path / "x"), timeout=120)
+    proc = bench(capsys, "acceptance", "--sweep", "params/nope.yaml", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "sweep: no such sweep file" in proc.stderr
     assert not (tmp_path / "x").exists()
 
@@ -208,8 +210,8 @@ def test_bad_input_is_one_line(tmp_path):
 # -- what the first real GPU runs found, fixed ---------------------------------------------------------
 
 
-def test_a_step_that_cannot_be_left_out_is_refused_in_one_line(tmp_path):
-    proc = bench("acceptance", "--skip", "selftest,sweep", "--out", str(tmp_path / "x"), timeout=120)
+def test_a_step_that_cannot_be_left_out_is_refused_in_one_line(tmp_path, capsys):
+    proc = bench(capsys, "acceptance", "--skip", "selftest,sweep", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "skip: sweep is not a step that can be left out; allowed: sysinfo, selftest, report" in proc.stderr
     assert not (tmp_path / "x").exists()
@@ -420,11 +422,11 @@ def test_the_measured_figures_shipped_are_the_kept_runs_own():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("run", GPU_RUNS[-1:], ids=[p.name for p in GPU_RUNS[-1:]])
-def test_the_report_of_a_real_gpu_run_sets_lambdal_beside_ours(run, tmp_path):
+def test_the_report_of_a_real_gpu_run_sets_lambdal_beside_ours(run, tmp_path, capsys):
     out = tmp_path / "gpu"
     proc = subprocess.run(["cp", "-r", str(run), str(out)], capture_output=True)
     assert proc.returncode == 0
-    proc = bench("report", str(out), "--svg")
+    proc = bench(capsys, "report", str(out), "--svg")
     assert proc.returncode == 0, proc.stderr[-2000:]
     page = (out / "report.html").read_text()
     charts = [o.get("data", {}) for c in json.loads((out / "summary.ipynb").read_text())["cells"]
