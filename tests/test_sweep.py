@@ -22,6 +22,7 @@ from bench_core.config import BenchConfig, ConfigError
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep
 from bench_core.sweep.notebook import expand_configurations
+from bench_captured import bench_captured
 from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,19 +34,6 @@ def write_sweep(folder: Path, name: str, grid: dict, **settings) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "grid": grid, "settings": {**TINY_SETTINGS, **settings}}))
     return path
-
-
-def bench_captured(*args: str) -> subprocess.CompletedProcess:
-    """`bench ARGS` through main in this process, its stdout and stderr captured (as bench_here does, for a module
-    fixture, which has no capsys). The sweep's own process start is not what its tests check (a second torch import,
-    4-7 s of CPU); its executions still run in processes of their own."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as stop:  # argparse's usage errors
-            code = stop.code
-    return subprocess.CompletedProcess(["bench", *args], code, out.getvalue(), err.getvalue())
 
 
 def run_rows(out: Path) -> pd.DataFrame:
