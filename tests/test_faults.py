@@ -22,6 +22,7 @@ from bench_core.config import BenchConfig, ConfigError
 from bench_core.config.sweepfile import SWEEP_KEYS
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep, parse_sweep
+from bench_captured import bench_captured
 from conftest import bench_here, sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,31 +179,44 @@ def template_with(code: str, path: Path) -> Path:
     return path
 
 
-FAULTS = """# fault injection for tests: a failing cell, a dead kernel, a hung cell (an execution per model)
+FAULTS = """# fault injection for tests: a failing cell, a dead kernel, a hung cell, a stop from outside (an execution
+# per model)
 import os, signal, time
 if model == "mobilenet_v3_large":
     raise RuntimeError("injected failure")
 if model == "torchvision:squeezenet1_0":
     os.kill(os.getpid(), signal.SIGKILL)
 if model == "resnet18":
-    time.sleep(600)"""
+    time.sleep(600)
+if model == "resnet50":  # SIGTERM to the papermill process only, as SLURM's scancel or requeue reaches every
+    # process of a job at once and that process can end before the sweep's own handler runs
+    os.kill(os.getppid(), signal.SIGTERM)"""
+# Order: the hang first, so the others show that the sweep went on after a timeout.
+FAULTY_MODELS = ["resnet18", "mobilenet_v3_large", "torchvision:squeezenet1_0", "resnet50"]
+
+
+@pytest.fixture(scope="module")
+def faulty_sweep(tmp_path_factory):
+    """One sweep whose four executions each end in a fault their model's cell injects (FAULTS), read by the two
+    tests below: its folder, sweep file, output directory and bench's exit status and output. In this process:
+    the sweep's own start is not what they check. The limit covers a whole execution, kernel start and torch
+    import included: 12 s timed out all three on a host loaded ~7x its cores; the hang waits it out asleep,
+    costing the other workers nothing."""
+    folder = tmp_path_factory.mktemp("faults")
+    template = template_with(FAULTS, folder / "faulty.ipynb")
+    sweep = write_sweep(folder / "faults.yaml", {"model": FAULTY_MODELS}, timeout_s=25)
+    out = folder / "out"
+    done = bench_captured("sweep", str(sweep), "--out", str(out), "--template", str(template), "--no-report")
+    return folder, sweep, out, done
 
 
 @pytest.mark.slow
-def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes_on(tmp_path, capsys):
-    template = template_with(FAULTS, tmp_path / "faulty.ipynb")
-    # Order: the hang first, so the other two show that the sweep went on after a timeout. The limit covers
-    # a whole execution, kernel start and torch import included: 12 s timed out all three on a host loaded
-    # ~7x its cores; the hang waits it out asleep, costing the other workers nothing.
-    sweep = write_sweep(tmp_path / "faults.yaml", {"model": ["resnet18", "mobilenet_v3_large",
-                                                             "torchvision:squeezenet1_0"]}, timeout_s=25)
-    out = tmp_path / "out"
-    hung, failed, died = run_dirs(out, sweep)
-
-    done = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--template", str(template), "--no-report")
+def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes_on(faulty_sweep):
+    folder, sweep, out, done = faulty_sweep
+    hung, failed, died, _ = run_dirs(out, sweep)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "3 failed (1 crashed, 1 error, 1 timeout)" in done.stdout.strip().splitlines()[-1]
-    assert wait_until_gone(tmp_path) == []  # the hung kernel was killed with its papermill process
+    assert "4 failed (1 crashed, 1 error, 1 interrupted, 1 timeout)" in done.stdout.strip().splitlines()[-1]
+    assert wait_until_gone(folder) == []  # the hung kernel was killed with its papermill process
 
     (row,) = results.read_run(hung)
     assert row["status"] == "timeout" and "timeout_s=25" in row["message"]
@@ -216,28 +230,19 @@ def test_failing_notebook_dead_kernel_and_timeout_become_rows_and_the_sweep_goes
     assert "An Exception was encountered" in banner(failed)  # papermill's own error banner
     assert "kernel died" in banner(died) and "timeout_s" in banner(hung)
     table = assert_store_intact(out)
-    assert sorted(table["status"]) == ["crashed", "error", "timeout"]
-    assert sorted(table["model"]) == ["mobilenet_v3_large", "resnet18", "torchvision:squeezenet1_0"]
+    assert sorted(table["status"]) == ["crashed", "error", "interrupted", "timeout"]
+    assert sorted(table["model"]) == sorted(FAULTY_MODELS)
     assert table["host"].notna().all()  # failure rows say where
 
 
-STOPPED_FROM_OUTSIDE = """# SIGTERM to the papermill process only, as SLURM's scancel or requeue reaches every process of a
-# job at once and that process can end before the sweep's own handler runs
-import os, signal
-os.kill(os.getppid(), signal.SIGTERM)"""
-
-
 @pytest.mark.slow
-def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed(tmp_path, capsys):
-    template = template_with(STOPPED_FROM_OUTSIDE, tmp_path / "stopped.ipynb")
-    sweep = write_sweep(tmp_path / "stopped.yaml", {"seed": [0]})
-    out = tmp_path / "out"
-    (run_dir,) = run_dirs(out, sweep)
-    done = bench_here(capsys, "sweep", str(sweep), "--out", str(out), "--template", str(template), "--no-report")
+def test_an_execution_stopped_by_sigterm_from_outside_is_interrupted_not_crashed(faulty_sweep):
+    folder, sweep, out, done = faulty_sweep
+    stopped = run_dirs(out, sweep)[-1]  # the last execution: its cell sent SIGTERM to its papermill process
     assert done.returncode == 1, done.stderr[-2000:]
-    (row,) = results.read_run(run_dir)
+    (row,) = results.read_run(stopped)
     assert row["status"] == "interrupted" and "SIGTERM" in row["message"]
-    assert wait_until_gone(tmp_path) == []
+    assert wait_until_gone(folder) == []
 
 
 # -- bad input, exhaustively ----------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """`bench sweep`: a tiny sweep runs end to end through papermill, re-runs skip what is complete,
 --force re-runs, and bad sweep files are refused before anything runs."""
+import contextlib
+import io
 import json
 import os
 import re
@@ -20,6 +22,7 @@ from bench_core.config import BenchConfig, ConfigError
 from bench_core.sweep.execute import find_template
 from bench_core.sweep.plan import load_sweep
 from bench_core.sweep.notebook import expand_configurations
+from bench_captured import bench_captured
 from conftest import bench_here
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,22 +36,18 @@ def write_sweep(folder: Path, name: str, grid: dict, **settings) -> Path:
     return path
 
 
-def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench_core", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
 def run_rows(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "results.csv")
 
 
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
-    """Two configurations (train and infer of resnet18 at 32 px) in one papermill execution, with report."""
+    """Two configurations (train and infer of resnet18 at 32 px) in one papermill execution, with report; the sweep
+    runs in this process, its output captured as a log has it (not a terminal)."""
     folder = tmp_path_factory.mktemp("sweep")
     path = write_sweep(folder, "tiny", {"mode": ["train", "infer"]})
     out = folder / "out"
-    done = bench("sweep", str(path), "--out", str(out))
+    done = bench_captured("sweep", str(path), "--out", str(out))
     return path, out, done
 
 
@@ -112,9 +111,10 @@ def test_a_sweep_records_where_its_wall_time_went(tiny_sweep):
                                                              done.stderr)
 
 
-def bench_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str]:
-    """`bench` with its stderr on a pseudo-terminal 160 columns wide, as in a shell: its exit status
-    and what the terminal received."""
+def bench_on_a_terminal(*args: str) -> tuple[int, str]:
+    """`bench ARGS` through main in this process with its stderr on a pseudo-terminal 160 columns wide, as in a
+    shell: its exit status and what the terminal received. (What decides the redrawn line is the stream's own
+    isatty and size, not the process: the command's start, a second torch import, is not what this checks.)"""
     import fcntl
     import pty
     import struct
@@ -135,14 +135,18 @@ def bench_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str]:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    stream = os.fdopen(side, "w", buffering=1, encoding="utf-8", errors="replace")
     try:
-        done = subprocess.run([sys.executable, "-m", "bench_core", *args], stdout=subprocess.DEVNULL, stderr=side,
-                              timeout=timeout, cwd=ROOT)
+        with contextlib.redirect_stderr(stream), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as stop:
+                code = stop.code
     finally:
-        os.close(side)
+        stream.close()
     reader.join(timeout=30)
     os.close(terminal)
-    return done.returncode, b"".join(chunks).decode(errors="replace")
+    return code, b"".join(chunks).decode(errors="replace")
 
 
 @pytest.mark.slow
