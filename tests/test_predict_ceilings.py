@@ -16,7 +16,7 @@ def test_every_achieved_figure_has_its_source_and_names_a_gpu_with_a_spec_sheet(
     assert len(rows) >= 40
     for r in rows:
         assert re.search(r"\S.*https?://\S+$", r["source"]) and float(r["value"]) > 0, r
-        assert r["quantity"] in ("matmul_bf16", "matmul_fp16", "copy_gbps", "l2_mb", "fp32_lanes"), r
+        assert r["quantity"] in ("matmul_bf16", "matmul_fp16", "matmul_fp32", "copy_gbps", "l2_mb", "fp32_lanes"), r
         spec(r["gpu"])  # a predictable GPU of gpu_peaks.csv
     for r in rows:  # what was measured never exceeds what the datasheet says
         if r["quantity"].startswith("matmul"):
@@ -37,6 +37,21 @@ def test_a_gpu_without_its_own_figures_takes_the_measured_gpus_median_fraction_a
     with ceilings.left_out("H100-SXM5-80GB"):  # held out, the H100 is a GPU never measured
         assert Ceilings(spec("H100-SXM5-80GB")).copy_fraction()[1] == "the measured GPUs' median"
     assert Ceilings(spec("H100-SXM5-80GB")).copy_fraction()[1] == "measured"
+
+
+def test_fp32_math_runs_at_what_an_fp32_matmul_reached_not_the_datasheet():
+    """The T4's 70 W cap holds its fp32 matmul at 4.35 of its 8.1 TFLOP/s; a V100 reaches 14.06 of 15.7. A GPU with no
+    fp32 figure of its own (the GH200) takes the median fraction of those that have one, and says so; tensor classes
+    keep the tensor cores' fraction, and the datasheet ceilings (achieved=False) are the datasheet's."""
+    assert Ceilings(spec("T4")).peak("fp32") == pytest.approx(4.35e12)
+    assert Ceilings(spec("V100-SXM2-16GB")).peak("fp32") == pytest.approx(14.06e12)
+    assert Ceilings(spec("V100-SXM2-16GB")).peak("bf16") == pytest.approx(14.06e12)  # no bf16 units: fp32 math
+    gh200 = Ceilings(spec("GH200-96GB"))
+    assert gh200.fp32_fraction() == (ceilings.median_fp32_fraction(), "the measured GPUs' median")
+    assert gh200.peak("fp32") == pytest.approx(67e12 * ceilings.median_fp32_fraction())
+    assert 0.5 < ceilings.median_fp32_fraction() < 0.95
+    assert Ceilings(spec("T4")).peak("fp16") == pytest.approx(65e12 * Ceilings(spec("T4")).matmul_fraction()[0])
+    assert Ceilings(spec("T4"), achieved=False).peak("fp32") == pytest.approx(8.1e12)
 
 
 def test_the_sm_issue_rate_is_the_sms_times_the_clock():

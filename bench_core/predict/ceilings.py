@@ -1,6 +1,6 @@
 """What a GPU reaches, beside its datasheet: the ceilings `bench predict` puts a step against. Per GPU, from
 bench_core/data/gpu_achieved.csv (each figure with the source it was read in): the matmul FLOP/s a shape search
-measured, the bandwidth a streaming copy measured, the L2 cache, and the SM issue rate (SMs x clock: the fp32
+measured on the tensor cores and on the fp32 CUDA cores, the bandwidth a streaming copy measured, the L2 cache, and the SM issue rate (SMs x clock: the fp32
 datasheet peak over twice the fp32 lanes of one SM). A GPU that was not measured takes the median fraction of its
 datasheet figure that the measured GPUs reach, and says so (the fraction of the GPUs measured, never of itself).
 """
@@ -17,7 +17,7 @@ TENSOR = ("tf32", "fp16", "bf16", "fp8")   # the classes tensor cores run: one m
 CLASSES = ("fp32", *TENSOR)
 
 
-MICROBENCHMARKS = ("matmul_bf16", "matmul_fp16", "copy_gbps")  # what a GPU's measured fractions come from
+MICROBENCHMARKS = ("matmul_bf16", "matmul_fp16", "matmul_fp32", "copy_gbps")  # what a GPU's measured fractions come from
 _LEFT_OUT: list[str] = []   # GPUs whose microbenchmark figures are held out (left_out())
 
 
@@ -65,11 +65,30 @@ def _matmul_fraction(gpu: str) -> float | None:
     return None
 
 
+def _fp32_fraction(gpu: str) -> float | None:
+    """The measured fp32 (CUDA-core, no TF32) matmul TFLOP/s of a GPU over its fp32 datasheet peak, or None."""
+    own, spec = measured().get(gpu, {}), _by_name().get(gpu)
+    if "matmul_fp32" in own and spec is not None and spec.number("fp32"):
+        return own["matmul_fp32"][0] / spec.number("fp32")
+    return None
+
+
 def _copy_fraction(gpu: str) -> float | None:
     own, spec = measured().get(gpu, {}), _by_name().get(gpu)
     if "copy_gbps" in own and spec is not None and spec.number("memory_gbps"):
         return own["copy_gbps"][0] / spec.number("memory_gbps")
     return None
+
+
+def median_fp32_fraction() -> float:
+    """The median fraction of the fp32 datasheet peak that the GPUs with an fp32 matmul figure reach (those held out
+    left out)."""
+    return _median_fp32_fraction(tuple(_LEFT_OUT))
+
+
+@functools.cache
+def _median_fp32_fraction(left_out_now: tuple[str, ...]) -> float:
+    return statistics.median(f for f in map(_fp32_fraction, list(measured())) if f is not None)
 
 
 def median_fractions() -> tuple[float, float]:
@@ -92,11 +111,21 @@ class Ceilings:
     achieved: bool = True       # measured figures (else the datasheet's)
 
     def peak(self, cls: str) -> float:
-        """FLOP/s of a math class: the datasheet peak times the measured matmul fraction for tensor classes."""
+        """FLOP/s of a math class: the datasheet peak times the measured matmul fraction, the tensor cores' for a
+        class they run, the fp32 CUDA cores' for fp32 (and for a class the GPU has no tensor cores for, which runs
+        through fp32 math)."""
         tflops, _ = self.gpu.peak(cls)
-        if self.achieved and cls in TENSOR and self.gpu.has_tensor(cls):
+        if not self.achieved:
+            return tflops * 1e12
+        if cls in TENSOR and self.gpu.has_tensor(cls):
             return tflops * 1e12 * self.matmul_fraction()[0]
-        return tflops * 1e12
+        return tflops * 1e12 * self.fp32_fraction()[0]
+
+    def fp32_fraction(self) -> tuple[float, str]:
+        own = _fp32_fraction(self.gpu.gpu)
+        if own is not None:
+            return own, "measured"
+        return median_fp32_fraction(), "the measured GPUs' median"
 
     def matmul_fraction(self) -> tuple[float, str]:
         own = _matmul_fraction(self.gpu.gpu)
@@ -130,8 +159,9 @@ class Ceilings:
         """The ceilings in words, with where each came from."""
         mm, mm_how = self.matmul_fraction()
         bw, bw_how = self.copy_fraction()
-        return (f"{self.gpu.gpu}: matmul {mm:.0%} of the datasheet ({mm_how}), copy {bw:.0%} of "
-                f"{self.gpu.number('memory_gbps'):g} GB/s ({bw_how})")
+        f32, f32_how = self.fp32_fraction()
+        return (f"{self.gpu.gpu}: matmul {mm:.0%} of the datasheet ({mm_how}), fp32 matmul {f32:.0%} ({f32_how}), "
+                f"copy {bw:.0%} of {self.gpu.number('memory_gbps'):g} GB/s ({bw_how})")
 
 
 def op_math(op_class: str, setup_math: str) -> str:

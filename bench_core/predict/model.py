@@ -22,8 +22,10 @@ throughput over the ideal one on the measured device. The prediction is N b / (b
 A small step (host-bound: its launch floor is a quarter or more of its ideal time on the measured
 device, bench_core/predict/groups.py) is the host's time, not the GPU's: it carries over unchanged
 (per sample, at the target's batch), unless the target's roofline alone is slower:
-N b / max(measured step, b t' + c'). Nothing is fitted: every number is a datasheet figure, a count,
-or the measured row.
+N b / max(measured step, b t' + c'). The converse, a target whose step would be shorter than the host's time
+per step (the host-floor term): where the source's machine published its step at batch 1 (an inference latency
+table: the same ops launched, the host's time), the target's step is at least that long, N b / max(., h).
+Nothing is fitted: every number is a datasheet figure, a count, or a measured row.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from bench_core.predict.groups import SMALL_STEP_FLOOR_SHARE
 from bench_core.predict.specs import Spec
 
 # The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
-TERMS = ("software-default", "split", "batch", "interconnect", "host-bound", "achieved", "residual")
+TERMS = ("software-default", "split", "batch", "interconnect", "host-bound", "host-floor", "achieved", "residual")
 # Tested, not assumed, and off: each kind of op of the published workloads at its own roofline (op tables counted at
 # each published batch, data/workload_ops.csv), and with it the bytes an L2 holds. On the published pairs neither
 # helps (the error table's 'with' lines): the whole step's split roofline and its residual already carry them.
@@ -165,10 +167,12 @@ def _step_s(t: Times, batch: float, efficiency: float) -> float:
 
 def predict(measured: float, source: Setup, target: Setup, profile: Profile,
             terms: tuple[str, ...] = TERMS, host_bound: str = "", gpu_bound: str = "",
-            target_profile: Profile | None = None) -> Prediction:
+            target_profile: Profile | None = None, host_step_s: float | None = None) -> Prediction:
     """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`. `host_bound` ('gpu busy 17%'):
     the source row was measured host-bound, so its step is the host's whatever its launch floor says;
-    `gpu_bound` ('gpu busy 90%'): it was measured busy, so its step is the GPU's whatever its launch floor says."""
+    `gpu_bound` ('gpu busy 90%'): it was measured busy, so its step is the GPU's whatever its launch floor says;
+    `host_step_s`: the host's time per step on the source's machine where it was measured (the step of the same
+    table at batch 1, host-bound there), a floor of the target's step (the host-floor term)."""
     l2 = (Ceilings(source.gpu).l2_mb(), Ceilings(target.gpu).l2_mb())
     if None in l2:  # a cache known on one side only would favour that side
         l2 = (None, None)
@@ -203,6 +207,11 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
         dst = replace(dst, binds=binds)
         note = (f"a host-bound step measured on {source.gpu.gpu} carried to {target.gpu.gpu} unchanged unless its "
                 f"roofline is slower; terms: {', '.join(terms)}")
+    if "host-floor" in terms and host_step_s and target.gpus * b_dst / host_step_s < value:
+        # the host launches the same ops at any batch: the target's GPU cannot make the step shorter than that
+        value = target.gpus * b_dst / host_step_s
+        dst = replace(dst, binds=f"host (the host's {host_step_s * 1e3:.3g} ms a step, as {source.gpu.gpu}'s machine "
+                                 f"measured it at batch 1, carried over)")
     floor = launch_floor(target.gpus, b_dst, profile.ops_per_step)
     if floor is not None and floor[0] < value:  # the host cannot launch the step's kernels any faster
         value, dst = floor[0], replace(dst, binds=floor[1])

@@ -16,7 +16,7 @@ import statistics
 
 from bench_core.predict.ceilings import left_out, measured_gpus
 from bench_core.measure.op_table import from_json
-from bench_core.predict.groups import GROUPS, group_of
+from bench_core.predict.groups import GROUPS, SMALL_STEP_FLOOR_SHARE, group_of
 from bench_core.predict.model import TERMS, TESTED, Profile, Setup, floor_share, predict, relative_error, without
 from bench_core.predict.specs import Spec, data_rows, math_class, specs
 
@@ -100,6 +100,32 @@ def batch_of(row: dict, partner: dict, rows: tuple[dict, ...]) -> float | None:
     return statistics.median(stated) * memory if stated else None
 
 
+@functools.cache
+def _batch_one_rows() -> dict[tuple, dict]:
+    return {_table_key(r): r for r in published_rows() if r["batch"] == 1}
+
+
+def _table_key(row: dict) -> tuple:
+    """One published table's configuration, batch aside: the same page and table, GPU, precision and workload."""
+    return (row["url_or_citation"], row["spec"].gpu, row["gpus"], row["precision"], row["model"], row["mode"],
+            row["input_shape"])
+
+
+def host_step_of(row: dict, terms: tuple[str, ...] = TERMS) -> float | None:
+    """The host's time per step on `row`'s machine (seconds), where its source published the same table at batch 1
+    and that step is small (its launch floor a quarter or more of its ideal time on that GPU: the host's time, not
+    the GPU's): the same ops are launched at any batch, so no GPU runs the step in less. None elsewhere."""
+    one = _batch_one_rows().get(_table_key(row))
+    if one is None:
+        return None
+    setup = setup_of(one, terms, 1.0)
+    profile = profiles().get(profile_key(one, setup.math))
+    share = floor_share(profile, setup, terms) if profile is not None else None
+    if share is None or share < SMALL_STEP_FLOOR_SHARE:
+        return None
+    return one["gpus"] / one["value"]
+
+
 def pairs() -> list[tuple[dict, dict]]:
     """Every ordered pair (source row, target row) of one run group and workload that differ in the GPU
     or in the GPU count, not both (the pair isolates one change)."""
@@ -140,7 +166,7 @@ def predicted_pairs(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
         dst = setup_of(b, terms, batch_of(b, a, rows))
         key = profile_key(a, math_a)
         p = predict(a["value"], src, dst, with_ops(profile, key, src.batch), terms,
-                    target_profile=with_ops(profile, key, dst.batch))
+                    target_profile=with_ops(profile, key, dst.batch), host_step_s=host_step_of(a, terms))
         kind = pair_kind(a, b)
         group = kind if kind != GPU_TO_GPU else group_of("cuda", a["mode"], tasks().get(a["model"]), src.batch,
                                                          floor_share(profile, src, terms))
