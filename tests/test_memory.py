@@ -145,17 +145,22 @@ def allocated_by_a_cpu_step(cfg: BenchConfig) -> tuple[int, int]:
         trace = json.loads(Path(f"{folder}/trace.json").read_text())["traceEvents"]
     events = sorted((e for e in trace if e.get("name") == "[memory]" and e["args"].get("Device Type", 0) == 0),
                     key=lambda e: e["ts"])
-    ops = sorted(((e["ts"], e["ts"] + e["dur"]) for e in trace if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
-                 key=lambda span: span[1] - span[0])  # innermost (shortest) first
-
-    def innermost_end(ts: float) -> float | None:
-        return next((end for begin, end in ops if begin <= ts <= end), None)
+    ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in trace if e.get("ph") == "X" and e.get("cat") == "cpu_op")
+    # The end of the innermost (shortest) op open at each event, in one pass in time order (the ops open at a time
+    # are a call stack's few; a search of every op for every event took 8 s of fasterrcnn's step)
+    innermost_end, open_ops, next_op = [], [], 0
+    for event in events:
+        while next_op < len(ops) and ops[next_op][0] <= event["ts"]:
+            open_ops.append(ops[next_op])
+            next_op += 1
+        open_ops = [span for span in open_ops if span[1] >= event["ts"]]
+        innermost_end.append(min(open_ops, key=lambda span: span[1] - span[0])[1] if open_ops else None)
     workspace, made = set(), {}
     for i, event in enumerate(events):
         if event["args"]["Bytes"] > 0:
             made[event["args"]["Addr"]] = i
         elif (first := made.pop(event["args"]["Addr"], None)) is not None:
-            end = innermost_end(events[first]["ts"])
+            end = innermost_end[first]
             if end is not None and event["ts"] <= end:
                 workspace |= {first, i}
     total = peak = 0
