@@ -104,16 +104,6 @@ def interrupted_exit(exc: KeyboardInterrupt) -> int:
     return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
-def _grace_from_env() -> float:
-    """STOP_GRACE_S, or the seconds BENCH_STOP_GRACE_S gives (a test hook; a value that is not a positive
-    number is ignored)."""
-    try:
-        value = float(os.environ.get(GRACE_ENV, ""))
-    except ValueError:
-        return STOP_GRACE_S
-    return value if value > 0 else STOP_GRACE_S
-
-
 def interrupted_by(exc: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
 
@@ -149,6 +139,16 @@ def _signalled(kind: type[KeyboardInterrupt]) -> KeyboardInterrupt:
     exc = kind()
     exc.from_signal = True  # a stop sent to this process, not one the running code raised itself
     return exc
+
+
+def _grace_from_env() -> float:
+    """STOP_GRACE_S, or the seconds BENCH_STOP_GRACE_S gives (a test hook; a value that is not a positive
+    number is ignored)."""
+    try:
+        value = float(os.environ.get(GRACE_ENV, ""))
+    except ValueError:
+        return STOP_GRACE_S
+    return value if value > 0 else STOP_GRACE_S
 
 
 @contextlib.contextmanager

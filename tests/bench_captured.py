@@ -9,12 +9,18 @@ import subprocess
 from bench_core.cli import main
 
 
+def exit_status(*args: str) -> int | str | None:
+    """`bench ARGS` through bench's main in this process: its exit status (argparse's --help and usage errors
+    end in SystemExit, whose code it is)."""
+    try:
+        return main(list(args))
+    except SystemExit as stop:
+        return stop.code
+
+
 def bench_captured(*args: str) -> subprocess.CompletedProcess:
     """Exit status, stdout and stderr of `bench ARGS` run here; stderr is no terminal (as in a CI log)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as stop:  # argparse's usage errors
-            code = stop.code
+        code = exit_status(*args)
     return subprocess.CompletedProcess(["bench", *args], code, out.getvalue(), err.getvalue())

@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from bench_core import BenchConfig  # noqa: E402
 from bench_core.capability import CPU_KIND_VARIABLE, CPU_KINDS  # noqa: E402
-from bench_core.cli import main  # noqa: E402
+from bench_captured import exit_status  # noqa: E402 - bench's main in this process, its exit status
 from bench_core.files import skip_iri_grammars  # noqa: E402
 
 skip_iri_grammars()  # as bench's own processes do: the test modules import nbformat (0.8 s a worker)
@@ -98,10 +98,7 @@ def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
     """`bench ARGS` through the same main in this test's process: exit status, stdout and stderr.
     For the tests where the command's own process start (a second torch import, 1.6 s) is not what
     they check; a sweep's executions still run in processes of their own."""
-    try:
-        code = main(list(args))
-    except SystemExit as stop:  # argparse's --help and usage errors
-        code = stop.code
+    code = exit_status(*args)
     out = capsys.readouterr()
     return subprocess.CompletedProcess(["bench", *args], code, out.out, out.err)
 

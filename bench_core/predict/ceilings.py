@@ -1,8 +1,9 @@
 """What a GPU reaches, beside its datasheet: the ceilings `bench predict` puts a step against. Per GPU, from
 bench_core/data/gpu_achieved.csv (each figure with the source it was read in): the matmul FLOP/s a shape search
-measured on the tensor cores and on the fp32 CUDA cores, the bandwidth a streaming copy measured, the L2 cache, and the SM issue rate (SMs x clock: the fp32
-datasheet peak over twice the fp32 lanes of one SM). A GPU that was not measured takes the median fraction of its
-datasheet figure that the measured GPUs reach, and says so (the fraction of the GPUs measured, never of itself).
+measured on the tensor cores and on the fp32 CUDA cores, the bandwidth a streaming copy measured, the L2 cache,
+and the SM issue rate (SMs x clock: the fp32 datasheet peak over twice the fp32 lanes of one SM). A GPU that was
+not measured takes the median fraction of its datasheet figure that the measured GPUs reach, and says so (the
+fraction of the GPUs measured, never of itself).
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ TENSOR = ("tf32", "fp16", "bf16", "fp8")   # the classes tensor cores run: one m
 CLASSES = ("fp32", *TENSOR)
 
 
-MICROBENCHMARKS = ("matmul_bf16", "matmul_fp16", "matmul_fp32", "copy_gbps")  # what a GPU's measured fractions come from
+# what a GPU's measured fractions come from
+MICROBENCHMARKS = ("matmul_bf16", "matmul_fp16", "matmul_fp32", "copy_gbps")
 _LEFT_OUT: list[str] = []   # GPUs whose microbenchmark figures are held out (left_out())
 
 
@@ -56,52 +58,45 @@ def _by_name() -> dict[str, Spec]:
     return {s.gpu: s for s in specs()}
 
 
-def _matmul_fraction(gpu: str) -> float | None:
-    """The measured matmul TFLOP/s of a GPU over its datasheet peak of the same class, or None."""
+def _fraction(gpu: str, quantity: str, datasheet: str) -> float | None:
+    """A GPU's measured `quantity` over its datasheet's `datasheet` figure, or None where either is missing."""
     own, spec = measured().get(gpu, {}), _by_name().get(gpu)
-    for quantity, cls in (("matmul_bf16", "bf16"), ("matmul_fp16", "fp16")):
-        if quantity in own and spec is not None and spec.number(cls):
-            return own[quantity][0] / spec.number(cls)
+    if quantity in own and spec is not None and spec.number(datasheet):
+        return own[quantity][0] / spec.number(datasheet)
     return None
+
+
+def _matmul_fraction(gpu: str) -> float | None:
+    """The measured tensor-core matmul TFLOP/s of a GPU over its datasheet peak of the same class, or None."""
+    return next((f for f in (_fraction(gpu, "matmul_bf16", "bf16"), _fraction(gpu, "matmul_fp16", "fp16"))
+                 if f is not None), None)
 
 
 def _fp32_fraction(gpu: str) -> float | None:
     """The measured fp32 (CUDA-core, no TF32) matmul TFLOP/s of a GPU over its fp32 datasheet peak, or None."""
-    own, spec = measured().get(gpu, {}), _by_name().get(gpu)
-    if "matmul_fp32" in own and spec is not None and spec.number("fp32"):
-        return own["matmul_fp32"][0] / spec.number("fp32")
-    return None
+    return _fraction(gpu, "matmul_fp32", "fp32")
 
 
 def _copy_fraction(gpu: str) -> float | None:
-    own, spec = measured().get(gpu, {}), _by_name().get(gpu)
-    if "copy_gbps" in own and spec is not None and spec.number("memory_gbps"):
-        return own["copy_gbps"][0] / spec.number("memory_gbps")
-    return None
-
-
-def median_fp32_fraction() -> float:
-    """The median fraction of the fp32 datasheet peak that the GPUs with an fp32 matmul figure reach (those held out
-    left out)."""
-    return _median_fp32_fraction(tuple(_LEFT_OUT))
-
-
-@functools.cache
-def _median_fp32_fraction(left_out_now: tuple[str, ...]) -> float:
-    return statistics.median(f for f in map(_fp32_fraction, list(measured())) if f is not None)
+    return _fraction(gpu, "copy_gbps", "memory_gbps")
 
 
 def median_fractions() -> tuple[float, float]:
     """(matmul, copy): the median fraction of the datasheet that the measured GPUs reach (those held out left out)."""
-    return _median_fractions(tuple(_LEFT_OUT))
+    return _median_fractions(tuple(_LEFT_OUT))[:2]
+
+
+def median_fp32_fraction() -> float:
+    """The median fraction of the fp32 datasheet peak that the GPUs with an fp32 matmul figure reach (those held
+    out left out)."""
+    return _median_fractions(tuple(_LEFT_OUT))[2]
 
 
 @functools.cache
-def _median_fractions(left_out_now: tuple[str, ...]) -> tuple[float, float]:
+def _median_fractions(left_out_now: tuple[str, ...]) -> tuple[float, float, float]:
     names = list(measured())
-    matmul = [f for f in map(_matmul_fraction, names) if f is not None]
-    copy = [f for f in map(_copy_fraction, names) if f is not None]
-    return statistics.median(matmul), statistics.median(copy)
+    return tuple(statistics.median(f for f in map(fraction, names) if f is not None)
+                 for fraction in (_matmul_fraction, _copy_fraction, _fp32_fraction))
 
 
 @dataclass(frozen=True)

@@ -315,6 +315,7 @@ def _median(values: list[float]) -> float | None:
 
 
 STEP_CHART_WIDTH_IN = 8.0
+STEP_PANEL_HEIGHT_IN = 3.3
 
 
 def plot_step_times(rows: list[dict]):
@@ -331,12 +332,12 @@ def plot_step_times(rows: list[dict]):
     nrows = math.ceil(len(groups) / cols)
     # JupyterLab shows the SVG at its own size, not shrunk to the output area: 8 inches (768 px)
     # fits the output area of a laptop's browser window beside the file browser.
-    width, height = min(5.2 * cols, STEP_CHART_WIDTH_IN), 3.3 * nrows
+    width, height = min(5.2 * cols, STEP_CHART_WIDTH_IN), STEP_PANEL_HEIGHT_IN * nrows
     fig, axes = plt.subplots(nrows, cols, figsize=(width, height), squeeze=False)
     # Margins in inches, the same for every panel (tight_layout measured every tick label of every panel for
     # them: a quarter of the cell's CPU for a sweep's 19 panels)
     fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.55 / height, top=1 - 0.35 / height,
-                        wspace=0.9 / (width / cols - 0.9), hspace=0.95 / (3.3 - 0.95))
+                        wspace=0.9 / (width / cols - 0.9), hspace=0.95 / (STEP_PANEL_HEIGHT_IN - 0.95))
     for ax, group in zip(axes.flat, groups):
         first = group[0]
         offset = 0
