@@ -164,3 +164,32 @@ def available_memory_bytes() -> int:
     """Bytes this process can take now: MemAvailable, or what is left under a cgroup's limit where that is less."""
     free, limited = psutil.virtual_memory().available, cgroup_free_bytes()
     return free if limited is None else min(free, limited)
+
+
+# The process's resident high-water mark, the CPU's counterpart of torch.cuda.reset_peak_memory_stats: on
+# Linux writing "5" to clear_refs resets VmHWM to the current RSS (since 4.0), so a window's peak is its own,
+# not that of what ran before it in the process (a reference model, the CPU peak's matrices: 200 MB on a fast
+# CPU, which grows them further). Elsewhere, or where the file cannot be written, the lifetime peak stands.
+_CLEAR_REFS, _STATUS = Path("/proc/self/clear_refs"), Path("/proc/self/status")
+
+
+def reset_rss_peak() -> bool:
+    """Reset this process's RSS high-water mark to its RSS now; False where it cannot be (the peak is
+    then the lifetime one)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def rss_peak_bytes() -> int | None:
+    """The RSS high-water mark since the last reset_rss_peak (else since the process began); None where
+    /proc does not say it."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -23,6 +23,7 @@ from bench_core.capability import Support, cpu_model
 from bench_core.devices.clocks import CudaStepClock, StepClock, SyncedClock
 from bench_core.errors import ConfigError
 from bench_core.host import available_memory_bytes, cgroup_free_bytes  # noqa: F401 - re-exported (its home is host.py)
+from bench_core.host import reset_rss_peak, rss_peak_bytes
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import Precision, resolve_precision
 
@@ -198,6 +199,7 @@ class Backend:
     def __init__(self, device: torch.device):
         self.device = device
         self.type = device.type
+        self._rss_peak_reset = False  # whether reset_peak_memory could reset the host's RSS peak
 
     @staticmethod
     def for_device(device: torch.device) -> "Backend":
@@ -249,10 +251,14 @@ class Backend:
 
     # -- memory -----------------------------------------------------------------
     def reset_peak_memory(self) -> None:
-        pass
+        """From here on the peak columns count what runs next, not what ran before (on CPU: the host's RSS
+        high-water mark, where the OS lets it be reset; see host.reset_rss_peak)."""
+        self._rss_peak_reset = reset_rss_peak()
 
     def memory_stats(self) -> dict:
-        if resource is None:  # Windows: the current RSS is the closest figure there is
+        if self._rss_peak_reset and (since := rss_peak_bytes()) is not None:
+            peak = since  # since the last reset_peak_memory
+        elif resource is None:  # Windows: the current RSS is the closest figure there is
             peak = psutil.Process().memory_info().rss
         else:
             scale = 1 if sys.platform == "darwin" else 1024  # Linux reports KiB
@@ -314,6 +320,7 @@ class CudaBackend(Backend):
         return CudaStepClock(self.device, expected_marks)
 
     def reset_peak_memory(self) -> None:
+        super().reset_peak_memory()  # the host's RSS too
         torch.cuda.reset_peak_memory_stats(self.device)
 
     def memory_stats(self) -> dict:

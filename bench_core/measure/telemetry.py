@@ -132,7 +132,8 @@ class Sampler:
 
     @property
     def rss_bytes_max(self) -> int:
-        """Largest RSS sampled during the window (the row's peak_rss_bytes is the lifetime peak)."""
+        """Largest RSS sampled during the window (sampled; the row's peak_rss_bytes is the kernel's
+        high-water mark)."""
         return self._rss_max
 
 

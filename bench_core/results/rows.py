@@ -164,7 +164,8 @@ _MEASURED = [
                       "every row of the configuration"),
     ("peak_mem_allocated_bytes", "torch peak allocated memory on the device (CUDA)"),
     ("peak_mem_reserved_bytes", "torch peak reserved memory on the device (CUDA)"),
-    ("peak_rss_bytes", "peak resident memory of the process (lifetime)"),
+    ("peak_rss_bytes", "peak resident memory of the process in the window (Linux: its high-water mark, reset as the "
+                       "window begins; elsewhere the lifetime peak)"),
     ("mem_estimate_bytes", "bytes one rank was estimated to need at its peak before anything was allocated: one "
                            "step run on fake tensors (no memory), every tensor counted until freed: parameters, "
                            "gradients, optimizer state, the activations autograd keeps (in half precision where "
