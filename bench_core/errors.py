@@ -8,6 +8,7 @@ can all raise it without importing each other.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import os
@@ -118,6 +119,8 @@ GRACE_ENV = "BENCH_STOP_GRACE_S"
 BURST_S = 1.0
 # How often the watchdog looks again while clean-up records rows with interrupts held.
 HELD_POLL_S = 0.1
+# A stop the main thread has not taken this long after the signal is nudged (see _nudge_main), and again as often.
+NUDGE_S = 0.2
 # What the watchdog does for a stuck main thread, innermost first (see when_stuck).
 _stuck_hooks: list[Callable[[KeyboardInterrupt], None]] = []
 _held = 0  # interrupts_held blocks open: rows are being recorded, the watchdog waits for them
@@ -171,8 +174,10 @@ def sigterm_as_interrupt(grace_s: float | None = None) -> Iterator[None]:
     insists), the watchdog does what the main thread's clean-up would have done (the when_stuck
     hooks: keep the finished rows, record the interrupted one; never while interrupts_held records
     them) and ends the process with 143 (130 for Ctrl-C). torch releases the GIL inside its ops,
-    so the watchdog runs beside one; a native call holding the GIL would hold it too. Outside the
-    main thread it changes nothing."""
+    so the watchdog runs beside one; a native call holding the GIL would hold it too. A main thread
+    blocked in a wait (a lock, a pool's result) that a signal did not wake, because the kernel handed it
+    to another thread, is woken every NUDGE_S until it takes it. Outside the main thread it changes
+    nothing."""
     global _marked
     watchdog = _Watchdog(grace_s if grace_s is not None else _grace_from_env())
 
@@ -192,6 +197,7 @@ def sigterm_as_interrupt(grace_s: float | None = None) -> Iterator[None]:
     # Every stop this process can be sent is raised marked, unless another handler of SIGINT raises its own.
     marking = signal.getsignal(signal.SIGINT) in (on_int, signal.SIG_IGN, signal.SIG_DFL)
     _marked += marking
+    _nudge_signal()
     watchdog.start(set(previous))
     try:
         yield
@@ -203,6 +209,21 @@ def sigterm_as_interrupt(grace_s: float | None = None) -> Iterator[None]:
                 signal.signal(sig, handler)
             _marked -= marking
             watchdog.stop()
+
+
+@functools.cache
+def _nudge_signal() -> int | None:
+    """The signal the watchdog sends the main thread to wake it (see _Watchdog._nudge_main): a real-time one
+    no library here uses, given a handler that does nothing, once per process and never taken back (so a
+    nudge that lands as a block closes finds it still there). None where there is none (not Linux)."""
+    nudge = getattr(signal, "SIGRTMAX", None)
+    if nudge is None or not hasattr(signal, "pthread_kill"):
+        return None
+    nudge -= 2
+    if signal.getsignal(nudge) not in (signal.SIG_DFL, None):  # someone's own: leave it
+        return None
+    signal.signal(nudge, lambda signum, frame: None)
+    return nudge
 
 
 @contextlib.contextmanager
@@ -239,6 +260,8 @@ class _Watchdog:
         self.stopping = False
         self.thread = threading.Thread(target=self._watch, name="bench-stop-watchdog", daemon=True)
         self.previous_fd = -1
+        self.main = threading.main_thread().ident
+        self.closed = False
 
     def start(self, watched: set[int]) -> None:
         self.watched = {int(sig) for sig in watched}
@@ -257,6 +280,7 @@ class _Watchdog:
     def close(self) -> None:
         """The block ends: no later handler raises (the claim is gone)."""
         next(self.claims)
+        self.closed = True
 
     def stop(self) -> None:
         signal.set_wakeup_fd(self.previous_fd)
@@ -278,14 +302,24 @@ class _Watchdog:
         first_at: float | None = None          # when the first signal was read
         due: float | None = None               # when to act, unless the stop is taken or ends first
         due_for: tuple[float, int] | None = None  # (when read, which signal) of the signal `due` is for
+        nudge_at: float | None = None          # when to nudge the main thread, while it has not taken a signal
         while True:
             now = time.monotonic()
             timeout = None if due is None else HELD_POLL_S if _held and now >= due else max(due - now, 0.0)
+            if nudge_at is not None:
+                timeout = max(min(nudge_at - now, timeout if timeout is not None else NUDGE_S), 0.0)
             select.select([self.reader], [], [], timeout)
             if self.stopping:
                 return
             now = time.monotonic()
             signals = [sig for sig in self._drain() if sig in self.watched]
+            if self.taken_at is not None or self.closed:
+                nudge_at = None
+            elif signals and nudge_at is None:
+                nudge_at = now + NUDGE_S
+            elif nudge_at is not None and now >= nudge_at:
+                self._nudge_main()
+                nudge_at = now + NUDGE_S
             began = min(t for t in (first_at, self.taken_at, now) if t is not None)
             if signals and (first_at is None and self.taken_at is None or now - began >= BURST_S):
                 first_at = now if first_at is None else first_at
@@ -301,6 +335,17 @@ class _Watchdog:
             if self.stop_exc is not None and taken_at is not None:  # insisted on a stop under way
                 self._act(self.stop_exc)
             due = due_for = None  # the block closed meanwhile
+
+    def _nudge_main(self) -> None:
+        """Wake a main thread that has not taken its signal: the kernel may hand a process's signal to any of
+        its threads, and one that lands just before the main thread blocks (a lock's wait on a pool's result)
+        leaves Python's handler waiting until the block ends (a trace's next arrival, 50 minutes off). A
+        signal sent to the main thread itself breaks its wait (EINTR), and Python then runs every handler
+        due (ours raise the stop). A main thread in a long native call is left as it was."""
+        nudge = _nudge_signal()
+        if nudge is not None:
+            with contextlib.suppress(OSError, ValueError):
+                signal.pthread_kill(self.main, nudge)
 
     def _act(self, exc: KeyboardInterrupt) -> NoReturn:
         print(f"interrupted ({interrupted_by(exc)}) inside a long operation: stopping without waiting "

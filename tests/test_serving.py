@@ -309,9 +309,10 @@ def test_a_burst_stops_a_point_waiting_on_a_trace_in_seconds_with_its_row_and_no
                str(trace), "--client-workers", "2", "--steps", "2", "--warmup-steps", "1", "--repeats", "1",
                "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if k != "BENCH_SERVING_DIR"}  # the module's session sets it
-    # The main thread's 3 s to take the signal, 30 here: under the suite's other workers a fresh clone's run saw the
-    # watchdog act (the check below) where the stop would have ended by itself. A stop that waits for the far
-    # arrival (the bug) still never ends: SIGINT lands within the burst, so no watchdog ends it, and the wait fails.
+    # The main thread's 3 s to take the signal, 30 here, so that only a stop the main thread never takes is the
+    # watchdog's (the check below). CI's runs saw it act: the signals landed on another thread as the main one
+    # waited on the pool, and nothing woke it (now the watchdog nudges it: test_signals). A stop that waits for the
+    # far arrival (the bug) still never ends: SIGINT lands within the burst, so no watchdog ends it: the wait fails.
     env["BENCH_STOP_GRACE_S"] = "30"
     bench = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
                              preexec_fn=sigint_at_default)

@@ -119,6 +119,31 @@ def test_a_burst_during_the_clean_up_does_not_cut_it_short(tmp_path):
     assert not (tmp_path / "record").exists()  # the watchdog never had to act
 
 
+# The kernel hands a process's signal to any of its threads: here another thread's, while the main thread waits
+# on a lock with no timeout (as on a process pool's result). Python's handler runs only in the main thread, and
+# only once that wait ends: a serving run's stop waited on its trace's far arrival until the watchdog acted.
+MISSED = """
+import signal, threading, time
+from bench_core.errors import sigterm_as_interrupt
+
+def to_this_thread():
+    time.sleep(0.5)  # the main thread is waiting by now
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+with sigterm_as_interrupt(grace_s=600):
+    try:
+        threading.Thread(target=to_this_thread).start()
+        threading.Event().wait()
+    except KeyboardInterrupt as exc:
+        print("taken:", type(exc).__name__, flush=True)
+"""
+
+
+def test_a_signal_another_thread_received_stops_a_main_thread_waiting_on_a_lock():
+    done = run_script(MISSED, timeout_s=60)  # not the grace (600 s): the main thread takes it itself
+    assert done.stdout.splitlines() == ["taken: Terminated"], done.stderr[-2000:]
+    assert "stopping without waiting" not in done.stderr
+
 def test_a_clean_up_that_never_ends_ends_when_someone_insists_and_keeps_the_rows(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", CLEAN_UP, str(tmp_path / "record"), "hangs"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default,
