@@ -31,7 +31,11 @@ from bench_core.workload.precision import resolve_precision
 
 COLUMNS = ("model", "mode", "input_shape", "precision", "batch", "ops", "source")
 PRECISION = {"amp": "amp-fp16", "fp32": "fp32"}  # the profile precision -> bench's precision counted
-MODELS = {"resnet50": "resnet50", "bert-large": "bert-large", "bert-base": "bert-base"}
+# The published workloads bench can count: reference.csv's model -> bench's model (timm's stand in for DLE's
+# ResNeXt, SE-ResNeXt and EfficientNet under their own names, reference.csv's notes say how they differ).
+MODELS = {"resnet50": "resnet50", "bert-large": "bert-large", "bert-base": "bert-base",
+          "timm:resnext101_32x4d": "timm:resnext101_32x4d", "timm:seresnext101_32x4d": "timm:seresnext101_32x4d",
+          "timm:efficientnet_b0": "timm:efficientnet_b0", "timm:efficientnet_b4": "timm:efficientnet_b4"}
 
 
 def needed() -> list[tuple]:
