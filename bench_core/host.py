@@ -183,13 +183,19 @@ def reset_rss_peak() -> bool:
     return True
 
 
+def own_status(field: str) -> list[str]:
+    """The values of one field of /proc/self/status ('VmHWM' -> ['81234', 'kB']); [] where there is none."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return line.split()[1:]
+    except OSError:
+        pass
+    return []
+
+
 def rss_peak_bytes() -> int | None:
     """The RSS high-water mark since the last reset_rss_peak (else since the process began); None where
     /proc does not say it."""
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    value = own_status("VmHWM")
+    return int(value[0]) * 1024 if value and value[0].isdigit() else None  # kB

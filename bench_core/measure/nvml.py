@@ -9,8 +9,9 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
+
+from bench_core.host import own_status
 
 # NVML clock-event (throttle) reason bits, from nvml.h; stable across driver versions.
 CLOCK_EVENT_REASONS = {
@@ -174,14 +175,7 @@ def _shutdown(nvml) -> None:
 
 def own_pids() -> set[int]:
     """This process's pid in every pid namespace (NVML reports host pids inside containers)."""
-    pids = {os.getpid()}
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                pids.update(int(p) for p in line.split()[1:])
-    except (OSError, ValueError):
-        pass
-    return pids
+    return {os.getpid(), *(int(p) for p in own_status("NSpid") if p.isdigit())}
 
 
 @dataclass
