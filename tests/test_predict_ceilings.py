@@ -16,7 +16,8 @@ def test_every_achieved_figure_has_its_source_and_names_a_gpu_with_a_spec_sheet(
     assert len(rows) >= 40
     for r in rows:
         assert re.search(r"\S.*https?://\S+$", r["source"]) and float(r["value"]) > 0, r
-        assert r["quantity"] in ("matmul_bf16", "matmul_fp16", "matmul_fp32", "copy_gbps", "l2_mb", "fp32_lanes"), r
+        assert r["quantity"] in ("matmul_bf16", "matmul_fp16", "matmul_fp32", "copy_gbps", "l2_mb", "fp32_lanes",
+                                 "sms"), r
         spec(r["gpu"])  # a predictable GPU of gpu_peaks.csv
     for r in rows:  # what was measured never exceeds what the datasheet says
         if r["quantity"].startswith("matmul"):
@@ -60,6 +61,17 @@ def test_the_sm_issue_rate_is_the_sms_times_the_clock():
     assert Ceilings(spec("H100-SXM5-80GB")).issue_rate() == pytest.approx(132 * 1.98e9, rel=0.01)
     assert Ceilings(spec("A100-SXM4-80GB")).issue_rate() == pytest.approx(108 * 1.41e9, rel=0.01)
     assert Ceilings(spec("L4")).issue_rate() is not None and Ceilings(spec("H100-SXM5-80GB")).l2_mb() == 50
+
+
+def test_the_sms_and_lanes_of_a_gpu_give_its_datasheet_fp32_at_a_clock_it_runs():
+    """SMs x fp32 lanes x 2 x clock is the fp32 datasheet peak: each GPU with both figures comes out at a boost clock
+    between 1.0 and 2.6 GHz (a wrong SM count or lane figure would not)."""
+    table = ceilings.measured()
+    both = [g for g, figures in table.items() if "sms" in figures and "fp32_lanes" in figures]
+    assert len(both) >= 12
+    for gpu in both:
+        clock = spec(gpu).number("fp32") * 1e12 / (2 * table[gpu]["sms"][0] * table[gpu]["fp32_lanes"][0])
+        assert 1.0e9 < clock < 2.6e9, (gpu, clock)
 
 
 def test_each_measured_gpu_is_scored_with_its_own_figures_held_out():

@@ -150,6 +150,11 @@ class Ceilings:
         fp32 = self.gpu.number("fp32")
         return fp32 * 1e12 / (2 * lanes[0]) if lanes and fp32 else None
 
+    def sms(self) -> float | None:
+        """Streaming multiprocessors (gpu_achieved.csv's sms); None where not known."""
+        found = measured().get(self.gpu.gpu, {}).get("sms")
+        return found[0] if found else None
+
     def said(self) -> str:
         """The ceilings in words, with where each came from."""
         mm, mm_how = self.matmul_fraction()

@@ -81,6 +81,21 @@ def configurations(rows: list[dict]) -> list[dict]:
     return out
 
 
+def ladder_key(conf: dict) -> tuple:
+    """A configuration's settings and machine, its batch aside: the configurations of one ladder."""
+    return (*(str(conf.get(k)) for k in WORKLOAD if k != "batch_size"), conf.get("machine"))
+
+
+def ladders(confs: list[dict]) -> dict[tuple, dict[float, float]]:
+    """ladder_key -> samples/s at each batch the machine measured the configuration at (the fill term: how full
+    the source ran at each batch); a configuration measured at one batch has no ladder."""
+    out: dict[tuple, dict[float, float]] = {}
+    for conf in confs:
+        if conf.get("samples_per_s") and conf.get("batch_size"):
+            out.setdefault(ladder_key(conf), {})[float(conf["batch_size"])] = conf["samples_per_s"]
+    return {k: v for k, v in out.items() if len(v) > 1}
+
+
 # The settings of a configuration that a table of predictions would otherwise leave out, with the value
 # that needs no word: two rows that differ only in one of them are told apart by it.
 SETTINGS = (("compile", "off"), ("channels_last", False), ("parallelism", "ddp"), ("tp_degree", 1),
@@ -240,8 +255,11 @@ def predict_rows(measured_rows: list[dict], gpus: list[Spec], devices: int = 1, 
     """predict_dir for ok rows from anywhere (a report's folders together: configurations() pools one configuration
     of one machine across them, and says which folders it came from)."""
     rows, notes, group_bands = [], [], bands()  # (one error table for the rows, not one a configuration)
-    for conf in configurations(measured_rows):
-        found, note = predict_conf(conf, gpus, devices, terms, prices, group_bands, per_op)
+    confs = configurations(measured_rows)
+    found_ladders = ladders(confs)
+    for conf in confs:
+        found, note = predict_conf(conf, gpus, devices, terms, prices, group_bands, per_op,
+                                   found_ladders.get(ladder_key(conf)))
         rows += found
         notes += [note] if note else []
     return rows, notes
@@ -249,9 +267,10 @@ def predict_rows(measured_rows: list[dict], gpus: list[Spec], devices: int = 1, 
 
 def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,
                  prices: dict[str, Price] | None = None, group_bands: dict[str, Band | None] | None = None,
-                 per_op: bool = True) -> tuple[list[dict], str | None]:
+                 per_op: bool = True, ladder: dict[float, float] | None = None) -> tuple[list[dict], str | None]:
     """One configuration (configurations()) predicted on each GPU, or a note on why it is not; `group_bands`:
-    bands(), where the caller predicts many; per_op: as predict_dir."""
+    bands(), where the caller predicts many; per_op: as predict_dir; `ladder`: samples/s at each batch the same
+    machine measured the configuration at (ladders(): the fill term)."""
     prices = prices_with() if prices is None else prices
     size = f"concurrency {conf.get('concurrency')}" if conf.get("mode") == "serve" else f"bs {conf['batch_size']}"
     label = (f"{conf['model']} {conf['mode']} {conf['precision']} {size} on "
@@ -281,7 +300,7 @@ def predict_conf(conf: dict, gpus: list[Spec], devices: int = 1, terms: tuple[st
                 value, binds = floor
         else:
             p = predict(conf["samples_per_s"], src, dst, profile_of(conf), terms, measured_host_bound(conf),
-                        measured_gpu_bound(conf))
+                        measured_gpu_bound(conf), ladder=ladder)
             value, binds, efficiency, note = p.value, p.target.binds, p.efficiency, p.note
         whole, path = value, "whole step" if bound or not table_of(conf)[0] else "whole step (asked for)"
         if not bound and per_op and table_of(conf)[0] and devices == src.gpus:

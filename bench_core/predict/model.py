@@ -25,6 +25,13 @@ device, bench_core/predict/groups.py) is the host's time, not the GPU's: it carr
 N b / max(measured step, b t' + c'). The converse, a target whose step would be shorter than the host's time
 per step (the host-floor term): where the source's machine published its step at batch 1 (an inference latency
 table: the same ops launched, the host's time), the target's step is at least that long, N b / max(., h).
+
+A GPU with more SMs needs more parallel work to run full, and a step's work grows with its batch (the fill term):
+where the source's machine published or measured the same table at other batches (its ladder: samples/s at each
+batch), the target at batch b runs as full as the source did at b x SMs_source / SMs_target, so the prediction is
+multiplied by thr_source(b x SMs_source / SMs_target) / thr_source(b_source), thr read on the ladder (log-log
+between its batches; outside them, the nearest end's samples/s: no correction the ladder cannot show).
+Habitat's wave scaling, for a whole step: the source's own ladder says how its fill grows with the batch.
 Nothing is fitted: every number is a datasheet figure, a count, or a measured row.
 """
 from __future__ import annotations
@@ -37,7 +44,8 @@ from bench_core.predict.groups import SMALL_STEP_FLOOR_SHARE
 from bench_core.predict.specs import Spec
 
 # The model's terms; an ablation leaves one out (docs/prediction.md shows what each is worth).
-TERMS = ("software-default", "split", "batch", "interconnect", "host-bound", "host-floor", "achieved", "residual")
+TERMS = ("software-default", "split", "batch", "interconnect", "host-bound", "host-floor", "achieved", "residual",
+         "fill")
 # Tested, not assumed, and off: each kind of op of the published workloads at its own roofline (op tables counted at
 # each published batch, data/workload_ops.csv), and with it the bytes an L2 holds. On the published pairs neither
 # helps (the error table's 'with' lines): the whole step's split roofline and its residual already carry them.
@@ -167,12 +175,14 @@ def _step_s(t: Times, batch: float, efficiency: float) -> float:
 
 def predict(measured: float, source: Setup, target: Setup, profile: Profile,
             terms: tuple[str, ...] = TERMS, host_bound: str = "", gpu_bound: str = "",
-            target_profile: Profile | None = None, host_step_s: float | None = None) -> Prediction:
+            target_profile: Profile | None = None, host_step_s: float | None = None,
+            ladder: dict[float, float] | None = None) -> Prediction:
     """Throughput (samples/s, all GPUs) on `target`, from `measured` on `source`. `host_bound` ('gpu busy 17%'):
     the source row was measured host-bound, so its step is the host's whatever its launch floor says;
     `gpu_bound` ('gpu busy 90%'): it was measured busy, so its step is the GPU's whatever its launch floor says;
     `host_step_s`: the host's time per step on the source's machine where it was measured (the step of the same
-    table at batch 1, host-bound there), a floor of the target's step (the host-floor term)."""
+    table at batch 1, host-bound there), a floor of the target's step (the host-floor term); `ladder`: samples/s at
+    each batch the source's machine ran the same table at (the fill term)."""
     l2 = (Ceilings(source.gpu).l2_mb(), Ceilings(target.gpu).l2_mb())
     if None in l2:  # a cache known on one side only would favour that side
         l2 = (None, None)
@@ -194,6 +204,12 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
         note = (f"the rooflines explain {efficiency:.0%} of the step on {source.gpu.gpu} ({source.math}); the rest "
                 f"({1 - efficiency:.0%}) carried to {target.gpu.gpu} ({target.math}) at the ratio of the GPUs' SM issue "
                 f"rates; terms: {', '.join(terms)}")
+    fill = fill_ratio(ladder, b_src, b_dst, source, target) if "fill" in terms else None
+    if fill is not None and fill != 1.0:  # the GPU's part of the step, not the all-reduce
+        value = target.gpus * b_dst / ((target.gpus * b_dst / value - dst.comm_s) / fill + dst.comm_s)
+        like = b_dst * Ceilings(source.gpu).sms() / Ceilings(target.gpu).sms()
+        note += (f"; fill x{fill:.2f}: at batch {b_dst:g} {target.gpu.gpu} runs as full as {source.gpu.gpu} did at "
+                 f"{like:.3g} (their SMs), by the source's ladder")
     share = floor_share(profile, source, terms)
     small = share is not None and share >= SMALL_STEP_FLOOR_SHARE and not gpu_bound
     if "host-bound" in terms and (host_bound or small):
@@ -230,6 +246,34 @@ def residual_step_s(budget: float, b_src: float, src: Times, source: Setup, targ
     if rest <= 0 or not issue_src or not issue_dst:
         return None
     return rest * (b_dst / b_src) * issue_src / issue_dst
+
+
+def fill_ratio(ladder: dict[float, float] | None, b_src: float, b_dst: float, source: Setup, target: Setup
+               ) -> float | None:
+    """How full the target runs at b_dst against how full the source ran at b_src, from the source's ladder (batch ->
+    samples/s on its machine, the same table): thr(b_dst x SMs_src / SMs_dst) / thr(b_src). None where it cannot
+    apply: no ladder of two batches or more, or an SM count not known."""
+    sms_src, sms_dst = Ceilings(source.gpu).sms(), Ceilings(target.gpu).sms()
+    if not ladder or len(ladder) < 2 or not sms_src or not sms_dst:
+        return None
+    return ladder_throughput(ladder, b_dst * sms_src / sms_dst) / ladder_throughput(ladder, b_src)
+
+
+def ladder_throughput(ladder: dict[float, float], batch: float) -> float:
+    """Samples/s at `batch` on a ladder: log-log between its batches; outside them, the nearest end's (a fill the
+    ladder does not show is not assumed)."""
+    if batch in ladder:
+        return ladder[batch]
+    points = sorted(ladder.items())
+    if batch <= points[0][0]:
+        return points[0][1]
+    if batch >= points[-1][0]:
+        return points[-1][1]
+    for (lo, thr_lo), (hi, thr_hi) in zip(points, points[1:]):
+        if lo <= batch <= hi:
+            share = math.log(batch / lo) / math.log(hi / lo)
+            return math.exp(math.log(thr_lo) + share * (math.log(thr_hi) - math.log(thr_lo)))
+    raise AssertionError("unreachable: the batch lies between the ladder's ends")
 
 
 def floor_share(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> float | None:

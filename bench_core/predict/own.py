@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from bench_core.predict.measured import bands, configurations, predict_conf
+from bench_core.predict.measured import bands, configurations, ladder_key, ladders, predict_conf
 from bench_core.predict.published import summarize
 from bench_core.predict.specs import spec_for_device
 from bench_core.results.disturbed import disturbances
@@ -39,13 +39,15 @@ def scored(source: list[dict], target: list[dict], source_name: str, target_name
     the source's rows: the prediction, what the target measured, the error, and whether the measured
     figure fell inside the prediction's interval (None where it has none)."""
     measured = {tuple(str(c.get(k)) for k in WORKLOAD): c for c in configurations(target)}
-    out, group_bands = [], bands()
-    for conf in configurations(source):
+    out, group_bands, confs = [], bands(), configurations(source)
+    found_ladders = ladders(confs)
+    for conf in confs:
         other = measured.get(tuple(str(conf.get(k)) for k in WORKLOAD))
         gpu = spec_for_device(other.get("device_name") or "") if other else None
         if gpu is None or not gpu.predictable() or not other.get("samples_per_s"):
             continue
-        rows, _ = predict_conf(conf, [gpu], int(other.get("world_size") or 1), group_bands=group_bands)
+        rows, _ = predict_conf(conf, [gpu], int(other.get("world_size") or 1), group_bands=group_bands,
+                               ladder=found_ladders.get(ladder_key(conf)))
         if not rows:  # a serving point, an emulated precision: not predicted
             continue
         r, actual = rows[0], other["samples_per_s"]

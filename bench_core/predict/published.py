@@ -111,6 +111,22 @@ def _table_key(row: dict) -> tuple:
             row["input_shape"])
 
 
+@functools.cache
+def _ladders() -> dict[tuple, dict[float, float]]:
+    out: dict[tuple, dict[float, float]] = {}
+    for r in published_rows():
+        if r["batch"]:
+            out.setdefault(_table_key(r), {})[r["batch"]] = r["value"]
+    return out
+
+
+def ladder_of(row: dict) -> dict[float, float] | None:
+    """Samples/s at each batch `row`'s source published its table at (the same page, table, GPU, precision and
+    workload; the fill term), or None where it published one batch."""
+    found = _ladders().get(_table_key(row))
+    return found if found and len(found) > 1 else None
+
+
 def host_step_of(row: dict, terms: tuple[str, ...] = TERMS) -> float | None:
     """The host's time per step on `row`'s machine (seconds), where its source published the same table at batch 1
     and that step is small (its launch floor a quarter or more of its ideal time on that GPU: the host's time, not
@@ -166,7 +182,8 @@ def predicted_pairs(terms: tuple[str, ...] = TERMS) -> tuple[dict, ...]:
         dst = setup_of(b, terms, batch_of(b, a, rows))
         key = profile_key(a, math_a)
         p = predict(a["value"], src, dst, with_ops(profile, key, src.batch), terms,
-                    target_profile=with_ops(profile, key, dst.batch), host_step_s=host_step_of(a, terms))
+                    target_profile=with_ops(profile, key, dst.batch), host_step_s=host_step_of(a, terms),
+                    ladder=ladder_of(a))
         kind = pair_kind(a, b)
         group = kind if kind != GPU_TO_GPU else group_of("cuda", a["mode"], tasks().get(a["model"]), src.batch,
                                                          floor_share(profile, src, terms))
