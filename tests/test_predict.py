@@ -11,7 +11,7 @@ from bench_core.cli import main as bench
 from bench_core.measure import noise
 from bench_core.measure.peaks import PEAK_QUANTITIES, gpu_spec_table
 from bench_core.predict import own, published, tables
-from bench_core.predict import measured
+from bench_core.predict import bands, measured
 from bench_core.predict.measured import predict_dir
 from bench_core.predict import model
 from bench_core.predict.model import Profile, Setup, predict
@@ -232,7 +232,7 @@ def test_a_band_only_where_pairs_of_the_group_were_measured(cpu_run, tmp_path, c
 
 
 def test_a_group_with_no_measured_pair_is_unvalidated(monkeypatch, cpu_run, tmp_path):
-    monkeypatch.setattr(measured, "error_table", lambda: [r for r in published.error_table()
+    monkeypatch.setattr(bands, "error_table", lambda: [r for r in published.error_table()
                                                           if r["group"] != measured.INFERENCE])
     (row,), _ = predict_dir(as_gpu_rows(cpu_run, tmp_path, batch_size=64, mode="infer", ops_per_step=None),
                             [spec("H100-SXM5-80GB")])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from bench_core.cli.common import add_price_argument, text_table
 from bench_core.errors import EXIT_OK, ConfigError
-from bench_core.predict.measured import band_text, bands, predict_dir
+from bench_core.predict.bands import band_text, bands
+from bench_core.predict.measured import predict_dir
 from bench_core.predict.model import FLOOR_SOURCE, TERMS
 from bench_core.predict.prices import parse_prices, prices_with
 from bench_core.predict.own import machines, scored

@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from bench_core.predict.measured import bands, configurations, ladder_key, ladders, predict_conf
+from bench_core.predict.bands import bands
+from bench_core.predict.measured import configurations, ladder_key, ladders, predict_conf
 from bench_core.predict.published import summarize
 from bench_core.predict.specs import spec_for_device
 from bench_core.results.disturbed import disturbances

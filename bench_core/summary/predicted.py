@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench_core.errors import ConfigError
-from bench_core.predict.measured import band_text, bands, ok_rows, predict_rows
+from bench_core.predict.bands import band_text, bands
+from bench_core.predict.measured import ok_rows, predict_rows
 from bench_core.predict.published import COVERAGE, QUANTILES
 from bench_core.predict.prices import parse_prices, prices_with
 from bench_core.predict.specs import gpu_list, spec, spec_for_device
