@@ -208,6 +208,7 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
     if fill is not None and fill != 1.0:  # the GPU's part of the step, not the all-reduce
         value = target.gpus * b_dst / ((target.gpus * b_dst / value - dst.comm_s) / fill + dst.comm_s)
         like = b_dst * Ceilings(source.gpu).sms() / Ceilings(target.gpu).sms()
+        dst = replace(dst, binds=f"{dst.binds}; fill x{fill:.2f} (as full as the source at batch {like:.3g})")
         note += (f"; fill x{fill:.2f}: at batch {b_dst:g} {target.gpu.gpu} runs as full as {source.gpu.gpu} did at "
                  f"{like:.3g} (their SMs), by the source's ladder")
     share = floor_share(profile, source, terms)
