@@ -180,15 +180,20 @@ def test_module_cli_prints_and_checks(tmp_path):
 
 def test_the_recorded_parameter_counts_are_checked_and_rewritten(tmp_path, monkeypatch, capsys):
     """bench models reads the models' parameter counts from a generated file: a wrong count there is
-    stale (--check), and --write counts them again."""
+    stale (--check), and --write counts them again. The pages --write rewrites are copies: a test that wrote the
+    checkout's README would hide a stale section from test_generated_sections_are_current run after it."""
     import json
+    import shutil
 
     from bench_core.workload.models import PARAMS_FILE, count_parameters_of
     recorded = tmp_path / "model_params.json"
     counts = json.loads(PARAMS_FILE.read_text())
     recorded.write_text(json.dumps({**counts, "resnet18": counts["resnet18"] + 1}, indent=1) + "\n")
     monkeypatch.setattr(docs, "PARAMS_FILE", recorded)
-    monkeypatch.chdir(ROOT)
+    for page in docs.DOC_FILES:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / page, tmp_path / page)
+    monkeypatch.chdir(tmp_path)
     assert docs.main(["--check"]) == docs.EXIT_STALE
     assert "stale parameter counts" in capsys.readouterr().err
     assert docs.main(["--write"]) == docs.EXIT_OK and docs.main(["--check"]) == docs.EXIT_OK
