@@ -36,6 +36,7 @@ Nothing is fitted: every number is a datasheet figure, a count, or a measured ro
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 
@@ -204,10 +205,9 @@ def predict(measured: float, source: Setup, target: Setup, profile: Profile,
         note = (f"the rooflines explain {efficiency:.0%} of the step on {source.gpu.gpu} ({source.math}); the rest "
                 f"({1 - efficiency:.0%}) carried to {target.gpu.gpu} ({target.math}) at the ratio of the GPUs' SM issue "
                 f"rates; terms: {', '.join(terms)}")
-    fill = fill_ratio(ladder, b_src, b_dst, source, target) if "fill" in terms else None
-    if fill is not None and fill != 1.0:  # the GPU's part of the step, not the all-reduce
+    fill, like = (fill_ratio(ladder, b_src, b_dst, source, target) if "fill" in terms else None) or (1.0, b_dst)
+    if fill != 1.0:  # the GPU's part of the step, not the all-reduce
         value = target.gpus * b_dst / ((target.gpus * b_dst / value - dst.comm_s) / fill + dst.comm_s)
-        like = b_dst * Ceilings(source.gpu).sms() / Ceilings(target.gpu).sms()
         dst = replace(dst, binds=f"{dst.binds}; fill x{fill:.2f} (as full as the source at batch {like:.3g})")
         note += (f"; fill x{fill:.2f}: at batch {b_dst:g} {target.gpu.gpu} runs as full as {source.gpu.gpu} did at "
                  f"{like:.3g} (their SMs), by the source's ladder")
@@ -250,31 +250,29 @@ def residual_step_s(budget: float, b_src: float, src: Times, source: Setup, targ
 
 
 def fill_ratio(ladder: dict[float, float] | None, b_src: float, b_dst: float, source: Setup, target: Setup
-               ) -> float | None:
-    """How full the target runs at b_dst against how full the source ran at b_src, from the source's ladder (batch ->
-    samples/s on its machine, the same table): thr(b_dst x SMs_src / SMs_dst) / thr(b_src). None where it cannot
-    apply: no ladder of two batches or more, or an SM count not known."""
+               ) -> tuple[float, float] | None:
+    """(how full the target runs at b_dst against how full the source ran at b_src, the source's batch it runs as
+    full as), from the source's ladder (batch -> samples/s on its machine, the same table): thr(b_dst x SMs_src /
+    SMs_dst) / thr(b_src). None where it cannot apply: no ladder, or an SM count not known."""
     sms_src, sms_dst = Ceilings(source.gpu).sms(), Ceilings(target.gpu).sms()
-    if not ladder or len(ladder) < 2 or not sms_src or not sms_dst:
+    if not ladder or not sms_src or not sms_dst:
         return None
-    return ladder_throughput(ladder, b_dst * sms_src / sms_dst) / ladder_throughput(ladder, b_src)
+    like = b_dst * sms_src / sms_dst
+    return ladder_throughput(ladder, like) / ladder_throughput(ladder, b_src), like
 
 
 def ladder_throughput(ladder: dict[float, float], batch: float) -> float:
     """Samples/s at `batch` on a ladder: log-log between its batches; outside them, the nearest end's (a fill the
     ladder does not show is not assumed)."""
-    if batch in ladder:
-        return ladder[batch]
     points = sorted(ladder.items())
-    if batch <= points[0][0]:
-        return points[0][1]
-    if batch >= points[-1][0]:
-        return points[-1][1]
-    for (lo, thr_lo), (hi, thr_hi) in zip(points, points[1:]):
-        if lo <= batch <= hi:
-            share = math.log(batch / lo) / math.log(hi / lo)
-            return math.exp(math.log(thr_lo) + share * (math.log(thr_hi) - math.log(thr_lo)))
-    raise AssertionError("unreachable: the batch lies between the ladder's ends")
+    i = bisect.bisect_left([b for b, _ in points], batch)
+    if i < len(points) and points[i][0] == batch:
+        return points[i][1]
+    if i == 0 or i == len(points):
+        return points[min(i, len(points) - 1)][1]
+    (lo, thr_lo), (hi, thr_hi) = points[i - 1], points[i]
+    share = math.log(batch / lo) / math.log(hi / lo)
+    return math.exp(math.log(thr_lo) + share * (math.log(thr_hi) - math.log(thr_lo)))
 
 
 def floor_share(profile: Profile, setup: Setup, terms: tuple[str, ...] = TERMS) -> float | None:
