@@ -119,6 +119,16 @@ except ImportError:  # pragma: no cover - not on the machines the tests run on
     fcntl = None
 
 
+def pytest_report_header(config):
+    """The machine the suite ran on, at the top of its output (a CI log, a note): its time and the tests that hold
+    only on some CPU kinds are read against it."""
+    from bench_core import capability, host
+    facts = capability.cpu_facts()
+    dtypes = host.cpu_columns(facts.flags, ())["cpu_dtype_flags"] or "none"
+    return (f"cpu: {host.cpu_model()}, {os.cpu_count()} cores; torch dispatch {facts.torch_capability}, "
+            f"bf16/fp16 ISA flags: {dtypes}" + "".join(f"; {k}={v}" for k, v in facts.dispatch_env))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: runs while no other test of this session runs (a quiet machine)")
     config.addinivalue_line("markers", "waits: a test file that mostly waits (a scheduler, timeouts); it starts "
