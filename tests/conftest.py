@@ -104,7 +104,7 @@ def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
 
 
 # A test marked `alone` measures something that needs the cores to itself (the serving client's own CPU
-# share, the allocator's count of a step): while it runs (setup, call and teardown), no other test of this
+# share, an A/A verdict): while it runs (setup, call and teardown), no other test of this
 # session runs. A verdict on timings (bench diff of the same code twice, where a ladder saturates) is no test
 # at all: those tests assert that the verdict agrees with what was measured, and need no quiet machine.
 # Every test holds a shared lock on one file per session; an `alone` test holds it exclusively, so
@@ -112,6 +112,8 @@ def bench_here(capsys, *args: str) -> subprocess.CompletedProcess:
 # before it takes the shared lock: an `alone` test holds it while it waits, so no new test starts
 # then (with more than two workers, e.g. `-n 4` on a larger machine, the others' tests would otherwise
 # overlap without end and starve it: 135 s with three).
+# A part of a test can have the machine to itself the same way (cores_to_itself): a measurement in a fixture
+# that several tests read (test_memory's allocator count, read by six) waits for the others once, not six times.
 # Processes outside the suite are not ours to stop: the test still says what they did (noise flags).
 try:  # POSIX; elsewhere tests simply run side by side
     import fcntl
@@ -185,12 +187,40 @@ def pytest_runtest_protocol(item, nextitem):
         return
     lock_path, turnstile_path = lock_files(run)
     with open(lock_path, "a") as lock, open(turnstile_path, "a") as turnstile:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        _take(lock, turnstile, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        _HELD[:] = [lock, turnstile]
         try:
             yield
         finally:
+            _HELD.clear()
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+_HELD: list = []  # the lock and turnstile of the test this worker runs now
+
+
+def _take(lock, turnstile, how: int) -> None:
+    """The session lock, shared or exclusive, through the turnstile (held while an exclusive taker waits)."""
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(lock, how)
+    finally:
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def cores_to_itself():
+    """Inside a test (its fixture, a part of it): while the block runs, no other test of this session runs,
+    as for an `alone` test's whole run. For a measurement that needs a quiet machine inside a fixture that
+    several tests share: the session waits for the measurement once, not for each test that reads it. The
+    shared lock is given up before the turnstile is taken, so two tests asking at once wait in turn."""
+    if not _HELD:  # not under xdist, or no lock: tests run one at a time anyway
+        yield
+        return
+    lock, turnstile = _HELD
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    _take(lock, turnstile, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # the rest of the test, beside the others again

@@ -12,7 +12,7 @@ from bench_core import BenchConfig
 from bench_core.run.memory_estimate import RESERVED_OVER_ALLOCATED, estimate
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
-from conftest import bench_here
+from conftest import bench_here, cores_to_itself
 
 KEPT = sorted((Path(__file__).parents[1] / "gpu" / "runs").glob("h200-2026-11-27*/results.csv"))
 MARGIN = 0.30  # issue 59: every kept training row's estimate within 30 % of its measured peak
@@ -187,20 +187,22 @@ ALLOCATED = [
 def cpu_allocations() -> dict:
     """allocated_by_a_cpu_step of every ALLOCATED configuration, in one process of their own, in this order: what
     the allocator gives out depends on what the process ran before (DLRM's step: 21.7 MB in a fresh process,
-    19.4 to 21.6 MB after other runs in the same one), so a suite worker's history would decide the test."""
+    19.4 to 21.6 MB after other runs in the same one), so a suite worker's history would decide the test.
+    While it counts, no other test runs: the count pairs each allocation with the op it fell in by the profiler's
+    timestamps, and a fresh clone's suite run measured DLRM's step at 19.1 MB in a process of its own beside the
+    other tests, where quiet runs measure 21.7 every time. The six tests that read the counts run beside them."""
     import subprocess
     import sys
     code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nfrom test_memory import ALLOCATED, allocated_by_a_cpu_step\n"
             "from bench_core import BenchConfig\n"
             "print(json.dumps([allocated_by_a_cpu_step(BenchConfig(**c, device='cpu')) for c in ALLOCATED]))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True, text=True,
-                          timeout=600)
+    with cores_to_itself():
+        done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True,
+                              text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return {c["model"]: tuple(found) for c, found in zip(ALLOCATED, json.loads(done.stdout.splitlines()[-1]))}
 
 
-@pytest.mark.alone  # the count pairs each allocation with the op it fell in by the profiler's timestamps: a fresh
-# clone's suite run measured DLRM's step at 19.1 MB in a process of its own, where quiet runs measure 21.7 every time
 @pytest.mark.parametrize("changes", ALLOCATED, ids=lambda c: c["model"])
 def test_the_estimate_is_what_the_cpu_allocator_gives_out_in_a_training_step(changes, cpu_allocations):
     # What the step allocates beyond what it starts with (parameters, optimizer state, the batch), traced on
