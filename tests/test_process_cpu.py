@@ -56,3 +56,22 @@ def test_each_process_is_named_by_what_it_ran():
     assert kind([python, "/x/torch/distributed/run.py", "--nproc-per-node", "2"]) == "run.py"
     assert kind([python, "-c", "\nimport sys\nprint(1)"]) == "-c import sys"
     assert kind([python]) == "python"
+
+
+def test_the_import_floor_says_how_much_of_the_cpu_is_starting_the_processes(tmp_path):
+    # Two processes as sitecustomize writes them: one that imported none of its libraries, one that imported pandas.
+    out = tmp_path / "procs.jsonl"
+    python = sys.executable
+    out.write_text("".join(json.dumps({"argv": [python, "-c", code], "cpu_s": 5.0, "imported": imported,
+                                       "test": ""}) + "\n"
+                           for code, imported in (("import json", []), ("import pandas", ["pandas"]))))
+    table = subprocess.run([sys.executable, str(FOLDER), str(out), "--floor", "1"], capture_output=True, text=True,
+                           check=True).stdout
+    floors = {line.split()[-1]: float(line.split()[4]) for line in table.splitlines()
+              if line.strip().endswith(("-c import json", "-c import pandas"))}
+    assert 0 <= floors["json"] < floors["pandas"] < 5.0, table  # an interpreter alone, then one importing pandas
+    (line,) = [line for line in table.splitlines() if line.startswith("import floor: ")]
+    floor = float(line.split()[2])  # the two floors' sum, each printed to 0.01 s
+    assert abs(floor - floors["json"] - floors["pandas"]) <= 0.06 and " of the 10 CPU s " in line, line
+    rest = float(line.split("the rest, ")[1].split(" s, is their work")[0])
+    assert abs(rest - (10 - floor)) <= 0.6, line

@@ -10,7 +10,7 @@ and reports, which papermill shuts down "immediate" (benchmarks/suite_cpu.py cou
 timing: the handler makes a SIGTERM wait for the interpreter's next bytecode. `python benchmarks/process_cpu FILE` prints the table.
 
     PYTHONPATH=benchmarks/process_cpu:benchmarks PROCESS_CPU_OUT=/tmp/procs.jsonl .venv/bin/python -m pytest
-    .venv/bin/python benchmarks/process_cpu /tmp/procs.jsonl
+    .venv/bin/python benchmarks/process_cpu /tmp/procs.jsonl --floor 3   # and how much of it is imports
 """
 import atexit
 import json
