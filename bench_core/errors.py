@@ -309,10 +309,14 @@ class _Watchdog:
             if nudge_at is not None:
                 timeout = max(min(nudge_at - now, timeout if timeout is not None else NUDGE_S), 0.0)
             select.select([self.reader], [], [], timeout)
+            received = self._drain()
+            # After the read, not before: stop() sets the flag, then sends its byte; a read between a check and
+            # the byte's arrival took the byte and left the flag unseen, and the thread waited for ever (a run
+            # whose main thread took its SIGTERM hung in the join at the block's end: 5 of 40 beside two busy loops)
             if self.stopping:
                 return
             now = time.monotonic()
-            signals = [sig for sig in self._drain() if sig in self.watched]
+            signals = [sig for sig in received if sig in self.watched]
             if self.taken_at is not None or self.closed:
                 nudge_at = None
             elif signals and nudge_at is None:

@@ -144,6 +144,36 @@ def test_a_signal_another_thread_received_stops_a_main_thread_waiting_on_a_lock(
     assert done.stdout.splitlines() == ["taken: Terminated"], done.stderr[-2000:]
     assert "stopping without waiting" not in done.stderr
 
+
+def test_a_block_that_closes_while_its_watchdog_reads_ends_the_watchdog():
+    """The block's end (stop(): the flag, then a byte on the watchdog's socket) can fall between the watchdog's look
+    at the flag and its read of the socket, which then takes the byte: the watchdog waited for ever and the block's
+    join with it (the previous test's process hung after "taken: Terminated" in 5 of 40 runs beside two busy loops).
+    Here that order is made, not waited for: the stop arrives as the watchdog reads."""
+    from bench_core import errors
+    watchdog = errors._Watchdog(grace_s=600)
+    read = watchdog._drain
+
+    def the_stop_arrives_first() -> bytes:
+        if not watchdog.stopping:
+            watchdog.stopping = True  # what stop() does before it joins the thread
+            watchdog.writer.send(b"\0")
+        return read()
+    watchdog._drain = the_stop_arrives_first
+    watchdog.start(set())
+    try:
+        watchdog.writer.send(b"\1")  # a byte that wakes the watchdog, which then reads
+        watchdog.thread.join(timeout=10)
+        ended = not watchdog.thread.is_alive()
+    finally:
+        signal.set_wakeup_fd(watchdog.previous_fd)
+        watchdog.writer.send(b"\0")  # (a watchdog still waiting ends now: its flag is set)
+        watchdog.thread.join(timeout=10)
+        watchdog.reader.close()
+        watchdog.writer.close()
+    assert ended, "the watchdog read the stop's byte and went on waiting"
+
+
 def test_a_clean_up_that_never_ends_ends_when_someone_insists_and_keeps_the_rows(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", CLEAN_UP, str(tmp_path / "record"), "hangs"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default,
