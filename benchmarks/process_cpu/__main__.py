@@ -63,16 +63,18 @@ def main() -> None:
     total = sum(r["cpu_s"] for r in records)
     floors = {libraries: import_floor(libraries, args.floor) if args.floor else None
               for libraries in {tuple(r["imported"]) for r in records}}
-    floor_of = {id(r): floors[tuple(r["imported"])] for r in records}
+
+    def floor_of(record: dict) -> float:
+        return floors[tuple(record["imported"])]
     print(f"{len(records)} processes, {total:.0f} CPU s; by what they ran (count, CPU s in all, each, with torch"
           + (", the import floor each" if args.floor else "") + "):")
     for name, members in sorted(groups.items(), key=lambda item: -sum(r["cpu_s"] for r in item[1])):
         cpu = sum(r["cpu_s"] for r in members)
         torch = sum("torch" in r["imported"] for r in members)
-        floor = f" {sum(floor_of[id(r)] for r in members) / len(members):6.2f}" if args.floor else ""
+        floor = f" {sum(map(floor_of, members)) / len(members):6.2f}" if args.floor else ""
         print(f"{len(members):5d} {cpu:8.1f} {cpu / len(members):6.1f} {torch:5d}{floor}  {name}")
     if args.floor:
-        floor = sum(floor_of.values())
+        floor = sum(map(floor_of, records))
         print(f"\nimport floor: {floor:.1f} of the {total:.0f} CPU s ({floor / total:.0%}): starting each process and "
               f"importing what it imported (the least of {args.floor} runs each, measured now); the rest, "
               f"{total - floor:.0f} s, is their work")
