@@ -166,11 +166,7 @@ def test_a_block_that_closes_while_its_watchdog_reads_ends_the_watchdog():
         watchdog.thread.join(timeout=10)
         ended = not watchdog.thread.is_alive()
     finally:
-        signal.set_wakeup_fd(watchdog.previous_fd)
-        watchdog.writer.send(b"\0")  # (a watchdog still waiting ends now: its flag is set)
-        watchdog.thread.join(timeout=10)
-        watchdog.reader.close()
-        watchdog.writer.close()
+        watchdog.stop()  # (its byte now ends a watchdog still waiting: the flag is set)
     assert ended, "the watchdog read the stop's byte and went on waiting"
 
 
