@@ -82,6 +82,13 @@ def test_a_failed_run_exits_non_zero_with_its_row(tmp_path, capsys):
     (["--nproc-per-node", "999"], "nproc_per_node"),  # more processes than devices
     (["--mode", "eval"], "mode"),
     (["--min-seconds", "-1"], "min_seconds"),
+    # absurd numbers: refused before the run, not an overflow inside torch after it started (or a crash)
+    (["--num-threads", "99999"], "num_threads"),    # torch.set_num_threads(99999) ran out of memory and segfaulted
+    (["--seed", "99999999999999999999999"], "seed"),
+    (["--min-seconds", "1e308"], "min_seconds"),
+    (["--steps", "99999999999999999999999"], "steps"),
+    (["--width", "99999999999999999999999"], "width"),
+    (["--batch-size", "99999999999999999999999"], "batch_size"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, field):
     out = tmp_path / "never"

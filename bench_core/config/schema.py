@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from bench_core.config.mistakes import Mistakes
 from bench_core.config.serve import SERVE_FIELDS, check_shared_prefix, validate_serving
-from bench_core.config.values import as_bool, as_choice, as_currency, as_float, as_int, as_str
+from bench_core.config.values import MAX_WHOLE, as_bool, as_choice, as_currency, as_float, as_int, as_str
 from bench_core.errors import ConfigError
 from bench_core.workload.models import resolve_model
 from bench_core.workload.precision import resolve_precision
@@ -243,7 +243,8 @@ def _as_batch_size(value: Any) -> int | str:
     try:
         return as_int("batch_size", value, minimum=1)
     except ConfigError:
-        raise ConfigError("batch_size", f"must be a whole number >= 1 or max, got {value!r}") from None
+        raise ConfigError("batch_size", f"must be a whole number from 1 to {MAX_WHOLE:,}, or max, got {value!r}") \
+            from None
 
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -264,6 +265,10 @@ def _as_margin(value: Any) -> float:
     return margin
 
 
+MAX_THREADS = 1024
+DAY_S = 86_400.0  # the longest a repeat's window or a collective's wait may be: a day
+
+
 def _whole(name: str, minimum: int, optional: bool = False) -> Callable[[Any], int | None]:
     return lambda value: as_int(name, value, minimum=minimum, optional=optional)
 
@@ -278,17 +283,20 @@ FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "optimizer": lambda v: as_choice("optimizer", v, OPTIMIZERS),
     "parallelism": lambda v: as_choice("parallelism", v, PARALLELISMS),
     "activation_checkpointing": lambda v: as_choice("activation_checkpointing", v, CHECKPOINTING),
-    "precision": lambda v: resolve_precision(as_str("precision", v)).name,
+    "precision": lambda v: resolve_precision(as_str("precision", v) if isinstance(v, str) else str(v)).name,
     "device": lambda v: validate_device_name(as_str("device", v)),
     "rdzv_endpoint": lambda v: as_str("rdzv_endpoint", v),
     "batch_size": _as_batch_size,
     "max_batch_size": _whole("max_batch_size", 1),
     "batch_margin": _as_margin,
-    **{name: _whole(name, low) for name, low in (("steps", 1), ("warmup_steps", 0), ("repeats", 1), ("seed", 0),
-                                                ("num_threads", 0), ("nproc_per_node", 1), ("nnodes", 1),
-                                                ("node_rank", 0), ("tp_degree", 1))},
-    "min_seconds": lambda v: as_float("min_seconds", v),
-    "dist_timeout_s": lambda v: as_float("dist_timeout_s", v, minimum=1.0),
+    **{name: _whole(name, low) for name, low in (("steps", 1), ("warmup_steps", 0), ("repeats", 1),
+                                                ("nproc_per_node", 1), ("nnodes", 1), ("node_rank", 0),
+                                                ("tp_degree", 1))},
+    "seed": lambda v: as_int("seed", v, minimum=0, maximum=2**63 - 1),  # what torch's generators take
+    # Far beyond any CPU's cores; torch.set_num_threads(99999) ran out of memory and crashed the process.
+    "num_threads": lambda v: as_int("num_threads", v, minimum=0, maximum=MAX_THREADS),
+    "min_seconds": lambda v: as_float("min_seconds", v, maximum=DAY_S),
+    "dist_timeout_s": lambda v: as_float("dist_timeout_s", v, minimum=1.0, maximum=DAY_S),
     "price_per_hour": lambda v: as_float("price_per_hour", v, optional=True),
     **{name: (lambda v, name=name: as_bool(name, v)) for name in ("channels_last", "cudnn_benchmark", "profile")},
     **{name: _whole(name, 1, optional=True) for name in ("width", "height", "depth", "seq_len", "prompt_len",

@@ -8,7 +8,13 @@ from typing import Any
 from bench_core.errors import ConfigError
 
 
-def as_int(name: str, value: Any, minimum: int | None = None, optional: bool = False) -> int | None:
+# The largest whole number a field takes unless it says otherwise: a count of steps or a tensor's side beyond
+# it is no benchmark (and past 2**63 torch cannot even take it: an overflow after the run has started).
+MAX_WHOLE = 2**31 - 1
+
+
+def as_int(name: str, value: Any, minimum: int | None = None, optional: bool = False,
+           maximum: int = MAX_WHOLE) -> int | None:
     if optional and (value is None or value == "" or value == "none"):
         return None
     if isinstance(value, bool):
@@ -24,10 +30,14 @@ def as_int(name: str, value: Any, minimum: int | None = None, optional: bool = F
         raise ConfigError(name, f"must be a whole number, got {value!r}")
     if minimum is not None and value < minimum:
         raise ConfigError(name, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise ConfigError(name, f"must be <= {maximum:,}, got {value:.4g}" if value > 10**15 else
+                          f"must be <= {maximum:,}, got {value:,}")
     return value
 
 
-def as_float(name: str, value: Any, minimum: float = 0.0, optional: bool = False) -> float | None:
+def as_float(name: str, value: Any, minimum: float = 0.0, optional: bool = False,
+             maximum: float | None = None) -> float | None:
     if optional and (value is None or value == "" or value == "none"):
         return None
     if isinstance(value, bool):
@@ -40,6 +50,8 @@ def as_float(name: str, value: Any, minimum: float = 0.0, optional: bool = False
         raise ConfigError(name, f"must be a finite number, got {value!r}")
     if number < minimum:
         raise ConfigError(name, f"must be >= {minimum:g}, got {value!r}")
+    if maximum is not None and number > maximum:
+        raise ConfigError(name, f"must be <= {maximum:g}, got {number:g}")
     return number
 
 
