@@ -55,6 +55,11 @@ def check_writable(folder: Path | str, field: str = "out") -> Path:
     that cannot save them fails at once (one line naming the path and why), not after measuring.
     Nothing is left behind: a probe file is written and removed in the folder, or in its
     nearest existing parent when the folder is yet to be made."""
+    if not str(folder).strip():
+        raise ConfigError(field, "must be a folder's path, got ''")
+    if Path(folder).is_symlink() and not Path(folder).exists():
+        raise ConfigError(field, f"{folder} is a link to {os.readlink(folder)}, which does not exist; allowed: a "
+                                 "folder, or a link to one")
     folder = Path(folder).absolute()
     existing = folder
     while not existing.exists() and existing != existing.parent:
@@ -68,6 +73,42 @@ def check_writable(folder: Path | str, field: str = "out") -> Path:
     except OSError as exc:
         raise ConfigError(field, f"cannot write results to {folder}: {exc.strerror or exc}") from None
     return folder
+
+
+# What bench rebuilds in a results folder from its runs/*/rows.json (results/store.py) at every write.
+REBUILT = ("results.csv", "summary.csv", "machines.csv")
+
+
+def check_results_folder(folder: Path | str, field: str = "out") -> Path:
+    """check_writable, and that `folder` is new or bench's own: every write rebuilds its results.csv,
+    summary.csv and machines.csv from its runs/ folder, so a results.csv without runs/ beside it (another
+    tool's, a hand-made one, a folder whose runs/ was removed) would be replaced by rows it never held."""
+    folder = check_writable(folder, field)
+    runs = folder / "runs"
+    if runs.exists() and not runs.is_dir():
+        raise ConfigError(field, f"{runs} is a file; a results folder keeps its runs in the folder runs/")
+    for name in REBUILT:
+        path = folder / name
+        if path.exists() and not path.is_file():
+            raise ConfigError(field, f"{path} is a folder; bench writes its {name} there")
+        if path.exists() and not runs.is_dir():
+            raise ConfigError(field, f"{folder} holds a {name} with no runs/ folder beside it, so bench did not "
+                                     f"write it, and it would be replaced; allowed: a new or empty folder, or one "
+                                     f"that bench run or bench sweep wrote")
+    return folder
+
+
+def check_writable_file(path: Path | str, field: str) -> Path:
+    """Check, before any work, that a file can be written at `path` (a report, an HTML page): its folder
+    can be written (check_writable), the name is no folder and no link. A link is refused, not followed:
+    the link a user left there may point at anything, an input's results.csv included."""
+    path = Path(path)
+    if path.is_symlink():
+        raise ConfigError(field, f"{path} is a link (to {os.readlink(path)}); allowed: the path of the file itself")
+    if path.exists() and not path.is_file():
+        raise ConfigError(field, f"{path} is a folder, not a file; allowed: a new file, or an earlier one to replace")
+    check_writable(path.parent, field)
+    return path
 
 
 # The environment variable that names another benchmark template than the shipped one (sweep/execute.find_template).

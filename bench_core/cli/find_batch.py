@@ -23,7 +23,7 @@ def main(args: argparse.Namespace) -> int:
     check_find_batch(args)  # (again: main may be called without the dispatcher)
     cfg = config_from_args(args)
     check_runnable(cfg)
-    if args.out:
+    if args.out is not None:
         check_writable(args.out)
     # No --batch-size: the first probe is the largest batch the memory estimate fits (1 where it has none)
     start = None if getattr(args, "batch_size", None) is None or cfg.batch_size == MAX_BATCH else cfg.batch_size

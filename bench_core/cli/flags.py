@@ -20,7 +20,7 @@ from bench_core.cli.run_output import exit_status, record_rows, show_rows
 from bench_core.config.schema import DEFAULT_MAX_BATCH
 from bench_core.config.serve import LADDERS
 from bench_core.errors import interrupts_held
-from bench_core.files import TEMPLATE_ENV, check_writable
+from bench_core.files import TEMPLATE_ENV, check_results_folder
 from bench_core.run.parameter_oom import parameter_oom_rows
 
 
@@ -52,8 +52,8 @@ def check_run(args: argparse.Namespace) -> int | None:
     if rows is None:
         config_from_args(args)
         return None
-    if args.out:
-        check_writable(args.out)  # as the run checks it: a row that cannot be saved is bad input
+    if args.out is not None:
+        check_results_folder(args.out)  # as the run checks it: a row that cannot be saved is bad input
     with interrupts_held():
         saved = record_rows(args, rows)
     show_rows(args, rows, saved)

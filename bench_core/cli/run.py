@@ -18,7 +18,7 @@ from bench_core.errors import (
     interrupts_held,
     when_stuck,
 )
-from bench_core.files import check_writable
+from bench_core.files import check_results_folder
 from bench_core.launch.dispatch import run_benchmark
 from bench_core.measure import environment
 from bench_core.results.rows import failure_row, run_fields
@@ -27,8 +27,8 @@ from bench_core.results.rows import failure_row, run_fields
 def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_runnable(cfg)  # absent devices, too many processes, impossible precision: bad input
-    if args.out:
-        check_writable(args.out)  # before measuring: a run that cannot be saved does not start
+    if args.out is not None:  # an empty --out is refused, not ignored
+        check_results_folder(args.out)  # before measuring: a run that cannot be saved does not start
     if cfg.profile and args.out:  # profiles next to the rows
         os.environ.setdefault("BENCH_PROFILE_DIR", str(Path(args.out) / "profiles"))
     if args.out:  # mode serve: per-request records and server logs next to the rows

@@ -27,7 +27,7 @@ from bench_core.config.schema import BenchConfig
 from bench_core.config.sweepfile import parse_timeout
 from bench_core.config.yamlfile import load_yaml_mapping
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError, interrupted_by, interrupted_exit, interrupts_held
-from bench_core.files import check_writable
+from bench_core.files import check_results_folder
 from bench_core.launch import slurm
 from bench_core.predict.prices import report_choices
 from bench_core.results.rows import failure_row, run_fields
@@ -35,7 +35,15 @@ from bench_core.results.store import dumps_rows
 from bench_core.run import worker
 from bench_core.sweep.execute import find_template, run_executions
 from bench_core.sweep.notebook import COMPLETE_STATUSES, complete_hashes, record_missing, rows_by_config
-from bench_core.sweep.plan import Execution, SweepPlan, plan_executions, plan_json, sweep_header, with_runs
+from bench_core.sweep.plan import (
+    Execution,
+    SweepPlan,
+    check_sweep_folder,
+    plan_executions,
+    plan_json,
+    sweep_header,
+    with_runs,
+)
 
 POLL_S = 2.0
 RANKS_DONE_WAIT_S = 60.0  # SLURM's default KillWait is 30 s: by then every stopped rank is gone
@@ -103,7 +111,8 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(arrays, out_dir)
     slurm.require_slurm()
-    check_writable(out_dir)
+    check_results_folder(out_dir)
+    check_sweep_folder(out_dir, plan)
     todo = [(job, [e for e in executions if args.force or not is_complete(out_dir, e)]) for job, executions in arrays]
     todo = [(job, executions) for job, executions in todo if executions]
     if not todo:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bench_core import results
-from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
-from bench_core.files import check_writable
+from bench_core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, ConfigError
+from bench_core.files import check_results_folder
 from bench_core.predict.prices import report_choices
 from bench_core.results.disturbed import disturbed_note
 from bench_core.results.rows import error_message
@@ -21,7 +21,7 @@ from bench_core.sweep.execute import (
     run_sweep,
     sweep_lock,
 )
-from bench_core.sweep.plan import Execution, SweepPlan, dry_run, load_sweep, with_runs
+from bench_core.sweep.plan import Execution, SweepPlan, check_sweep_folder, dry_run, load_sweep, with_runs
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,10 +30,13 @@ def main(args: argparse.Namespace) -> int:
     if args.runs is not None:
         plan = with_runs(plan, args.runs)
     template = find_template(args.template)
-    out_dir = Path(args.out or Path("outputs") / plan.out_name).resolve()
+    out = Path("outputs") / plan.out_name if args.out is None else args.out
     if args.dry_run:
-        return dry_run(plan, out_dir)
-    check_writable(out_dir)  # before anything runs: a sweep that cannot save its rows does not start
+        return dry_run(plan, Path(out).resolve())
+    check_kernel(args.kernel)
+    check_results_folder(out)  # before anything runs: a sweep that cannot save its rows does not start
+    check_sweep_folder(out, plan)
+    out_dir = Path(out).resolve()
     with sweep_lock(out_dir):
         try:
             status, closing = run_sweep(plan, out_dir, template, force=args.force, kernel=args.kernel,
@@ -51,6 +54,17 @@ def main(args: argparse.Namespace) -> int:
     note = disturbed_note(list(results.iter_rows(out_dir)))
     print(closing + (f"; {note}" if note else ""))
     return status
+
+
+def check_kernel(name: str) -> None:
+    """The Jupyter kernel the executions run on exists (else every execution would be a failed row)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel  # (0.2 s; papermill's child needs it anyway)
+    specs = KernelSpecManager()
+    try:
+        specs.get_kernel_spec(name)
+    except NoSuchKernel:
+        raise ConfigError("kernel", f"no Jupyter kernel named {name!r}; allowed: "
+                                    f"{', '.join(sorted(specs.find_kernel_specs()))} (jupyter kernelspec list)") from None
 
 
 class SweepProgress(Progress):

@@ -8,6 +8,7 @@ says `executions: device`, once per device for all its models.
 from __future__ import annotations
 
 import dataclasses
+import json
 import itertools
 import math
 import re
@@ -376,3 +377,23 @@ def sweep_header(plan: SweepPlan) -> str:
 def plan_json(plan: SweepPlan) -> dict:
     return {"name": plan.name, "timeout_s": plan.timeout_s, "skipped": plan.skipped, "executions": [
         {"run_name": e.run_name, "configurations": [describe(c) for c in e.configs]} for e in plan.executions]}
+
+
+def check_sweep_folder(out_dir: Path | str, plan: SweepPlan, field: str = "out") -> None:
+    """A sweep's folder is new, bench's own (files.check_results_folder), and no other sweep's: a sweep
+    rewrites its sweep.yaml and plan.json, so another sweep's (another name) would lose its record and
+    mix its rows with this one's. The same sweep again resumes it."""
+    path = Path(out_dir) / "plan.json"
+    if not path.exists():
+        return
+    try:
+        other = json.loads(path.read_text()).get("name")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        other = None
+    if not isinstance(other, str):
+        raise ConfigError(field, f"{out_dir} holds a plan.json that no bench sweep wrote, which this sweep would "
+                                 "replace; allowed: a new or empty folder, or this sweep's own")
+    if other != plan.name:
+        raise ConfigError(field, f"{out_dir} holds the sweep {other!r}, which a sweep named {plan.name!r} would "
+                                 f"overwrite; allowed: another --out (bench report reads several folders), or the "
+                                 f"sweep {other!r} again to resume it")
