@@ -179,6 +179,8 @@ def find_max_batch(cfg: BenchConfig, max_batch_size: int | None = None, start_ba
         isolate = False
     if start_batch_size is None:
         start_batch_size = _start_from_estimate(search, cfg, device, max_batch_size)
+        if search.estimate_start:  # a probe near the memory's edge can take minutes: say what comes first
+            say(f"find-batch: first probe at batch {start_batch_size}, the largest whose memory estimate fits")
 
     def ran(batch: int, purpose: str = "search") -> bool | None:
         """True: it ran; False: out of memory; None: too small to train (grow past it)."""
