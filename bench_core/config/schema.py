@@ -241,10 +241,10 @@ def _as_batch_size(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().lower() == MAX_BATCH:
         return MAX_BATCH
     try:
-        return as_int("batch_size", value, minimum=1)
+        number = as_int("batch_size", value, minimum=1, maximum=2**63 - 1)
     except ConfigError:
-        raise ConfigError("batch_size", f"must be a whole number from 1 to {MAX_WHOLE:,}, or max, got {value!r}") \
-            from None
+        raise ConfigError("batch_size", f"must be a whole number >= 1 or max, got {value!r}") from None
+    return as_int("batch_size", number, maximum=MAX_WHOLE)
 
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -300,9 +300,11 @@ FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "price_per_hour": lambda v: as_float("price_per_hour", v, optional=True),
     **{name: (lambda v, name=name: as_bool(name, v)) for name in ("channels_last", "cudnn_benchmark", "profile")},
     **{name: _whole(name, 1, optional=True) for name in ("width", "height", "depth", "seq_len", "prompt_len",
-                                                         "new_tokens", "num_tables", "rows_per_table", "embedding_dim",
+                                                         "new_tokens", "num_tables", "embedding_dim",
                                                          "indices_per_lookup", "latent_size", "denoise_steps",
                                                          "audio_frames")},
+    # (a recommendation model's own check bounds it, at 2**31: what its hashed indices stay inside int64 with)
+    "rows_per_table": lambda v: as_int("rows_per_table", v, minimum=1, optional=True, maximum=2**63 - 1),
     "zipf_exponent": lambda v: as_float("zipf_exponent", v, optional=True),
 }
 
