@@ -16,7 +16,6 @@ Time it on an idle machine: the figures are the machine's, and another process's
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import json
 import math
@@ -32,15 +31,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE = ROOT / "gpu" / "runs" / "h200-2026-11-27-b" / "results.csv"
+TEMPLATE = ROOT / "gpu" / "runs" / "h200-2026-11-27-b"
 REPEATS = 1  # a row a run and configuration, as the issue counts them: 1,000 runs x 50 = 50,000 rows
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def template_row() -> dict:
-    with TEMPLATE.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["status"] == "ok" and r["model"] == "resnet50"]
-    return rows[0]
+    """A kept run file's row (its numbers numbers, as bench writes them: a row from results.csv, all text, would be
+    a damaged run to every reader)."""
+    from bench_core.results.store import iter_rows
+    return next(r for r in iter_rows(TEMPLATE) if r["status"] == "ok" and r["model"] == "resnet50")
 
 
 def build(out: Path, runs: int, configs: int, layout: str, seed: int = 0, repeats: int = REPEATS) -> int:

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from bench_core import results
+from bench_core.results.store import damage
 from conftest import bench_here, sigint_at_default
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -314,12 +315,16 @@ def test_report_trusts_the_run_files_and_flags_impossible_numbers(tmp_path, caps
     assert done.returncode == 0, done.stderr
     warnings = done.stderr.strip().splitlines()
     assert any(str(torn) in w and "damaged" in w for w in warnings)
-    assert any("1 row(s) marked ok hold impossible numbers" in w for w in warnings)
+    # An ok row whose throughput cannot have been measured was edited or corrupted: its run is damaged too, named
+    # with the column and what it allows, and left out of every table, chart and comparison.
+    negative_file = out / "runs" / "negative" / "rows.json"
+    assert any(str(negative_file) in w and "damaged" in w and "samples_per_s is -5.0" in w for w in warnings), warnings
     # A report writes nothing into what it reads: results.csv is still the garbage, and the report
     # shows every intact run (the record) and says that results.csv disagrees with them.
     assert (out / "results.csv").read_bytes() == b"garbage\x00,,\n"
-    assert len(list(results.iter_rows(out))) == 3
+    assert len(list(results.iter_rows(out))) == 2
+    assert dict(damage(out))[negative_file].startswith("row 1: status is ok but samples_per_s is -5.0")
     html = (out / "report.html").read_text()
-    assert "impossible measurement: samples_per_s=-5.0" in html
+    assert "-5.0" not in html and "-5 " not in html
     assert "this report reads the run files (the record); results.csv is left as it is" in html
     assert "RuntimeWarning" not in html and str(ROOT) not in html and ".venv" not in html

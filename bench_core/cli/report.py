@@ -6,13 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench_core import results
 from bench_core.cli.common import add_price_argument
+from bench_core.cli.inputs import refuse_same_folder
 from bench_core.errors import ConfigError
-from bench_core.files import check_writable
+from bench_core.files import check_writable_file
 from bench_core.predict.prices import report_choices
 from bench_core.predict.specs import COMPARED_TODAY
 from bench_core.results.disturbed import disturbed_note
+from bench_core.results.store import damage
 from bench_core.summary.load import load_results
 from bench_core.summary.report import ReportError, build_report
 from bench_core.summary.tables import baseline_matches
@@ -48,11 +49,14 @@ def main(args: argparse.Namespace) -> int:
     predict_gpus, prices = report_choices(args.predict_gpus, args.price)  # bad ones: exit 2 before anything is read
     out = Path(args.out) if args.out else dirs[0] / "report.html"
     if out.suffix.lower() not in (".html", ".htm"):
-        raise ConfigError("--out", f"must be an .html file, got {str(out)!r}")
-    check_writable(out.parent)
+        raise ConfigError("out", f"must be an .html file, got {str(out)!r}")
+    # Both files the report writes, before anything is rendered: neither may be a folder, nor a link (the write
+    # would land where it points, an input's results.csv included).
+    check_writable_file(out, "out")
+    check_writable_file(out.parent / "summary.ipynb", "out")  # build_report's executed notebook, beside the page
     for d in dirs:  # a report reads its inputs and writes nothing into them (load_results)
-        for path in results.damaged_runs(d):
-            print(f"bench report: warning: {path} is damaged (not readable as rows); that run is left out, "
+        for path, why in damage(d):
+            print(f"bench report: warning: {path} is damaged ({why}); that run is left out, "
                   "the other runs are in the report", file=sys.stderr)
     loaded = load_results(dirs)
     if loaded.rows.empty:  # a report of nothing would say "report written" of an empty page
@@ -98,4 +102,6 @@ def check_result_dirs(result_dirs) -> list[Path]:
         if not (d / "results.csv").is_file() and not any(d.glob("runs/*/rows.json")):
             raise ConfigError("result_dirs", f"{str(d)!r} has no results.csv; allowed: directories written by "
                               "bench sweep / bench run --out")
+    refuse_same_folder("result_dirs", [(f"DIR {n}", d) for n, d in enumerate(dirs, 1)],
+                       "each result folder once (given twice, its rows would count twice)")
     return dirs

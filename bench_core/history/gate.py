@@ -19,8 +19,9 @@ from bench_core.results.comparison import DISTURBED, Comparison, interval
 from bench_core.summary.text import num_text
 
 FAIL_ABOVE = 0.05  # as bench diff's
+UNTIMED = "no timestamp"  # NEW's runs cannot be placed after the history (read.untimed_notes names them)
 # Verdicts that judge nothing (no interval): listed, never a pass of the gate on their own.
-UNJUDGED = ("no history", "history too short", DISTURBED)
+UNJUDGED = ("no history", "history too short", DISTURBED, UNTIMED)
 
 
 @dataclass
@@ -72,6 +73,9 @@ def judge_line(line: dict, runs: pd.DataFrame, fit, history: Analysis, fail_abov
            "stretch_value": math.nan, "stretch_level": "", "new_value": math.nan, "ratio": math.nan, "low": math.nan, "high": math.nan,
            "change": "", "detectable": "", "verdict": "", "regression": False, "reason": "", "changes": ""}
     ok, clean = runs[runs["repeats_ok"] > 0], usable_runs(runs)
+    if len(ok) and ok["time"].isna().all():
+        return {**out, "verdict": UNTIMED, "reason": "the new runs' rows have no readable timestamp; allowed: ISO "
+                                                     "8601 (2026-11-27T14:08:26+00:00)"}
     if fit is None or not len(fit.runs):
         return {**out, "verdict": "no history", "reason": "no undisturbed run of this configuration on this machine "
                                                           "in the history"}

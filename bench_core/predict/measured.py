@@ -10,11 +10,11 @@ or says "unvalidated" with no interval where the group has none; beside it, the 
 same two GPUs where one exists, and its cost per million items at a sourced or given price. A CPU source is no
 prediction at all but the GPU's roofline bound for the counted work (a CPU's efficiency against its
 own peak says nothing of a GPU's), with no band. A row in a precision its device only emulates is not
-predicted from (its efficiency describes the emulation), and a disturbed row says so.
+predicted from (its efficiency describes the emulation), nor a row of a GPU with no spec sheet (what its step owes
+to memory is unknown), and a disturbed row says so.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
@@ -28,12 +28,12 @@ from bench_core.predict.model import (TERMS, Profile, Setup, Times, floor_share,
 from bench_core.predict.ops import predict_step, table_of
 from bench_core.predict.prices import Price, cost_per_million, prices_with
 from bench_core.predict.published import COVERAGE, pair_between
-from bench_core.predict.specs import Spec, math_class, spec_for_device
+from bench_core.predict.specs import Spec, math_class, predictable_names, spec_for_device
 from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
 from bench_core.results.keys import key_value, machine_label
 from bench_core.results.rows import WORKLOAD
-from bench_core.results.store import iter_rows
+from bench_core.results.store import damage, iter_rows
 
 # What a row must carry to be predicted from.
 NEEDED = ("samples_per_s", "flops_per_sample", "bytes_per_sample_flop_ops", "bytes_per_sample_other_ops")
@@ -42,9 +42,15 @@ NEEDED = ("samples_per_s", "flops_per_sample", "bytes_per_sample_flop_ops", "byt
 def ok_rows(result_dir: str | Path) -> list[dict]:
     rows = [r for r in iter_rows(Path(result_dir)) if r.get("status") == "ok"]
     if not rows:
-        raise ConfigError("from", f"{result_dir} has no ok rows (runs/*/rows.json with status ok): "
+        damaged = "".join(f"; {path} is damaged ({why})" for path, why in damage(Path(result_dir)))
+        raise ConfigError("from", f"{result_dir} has no ok rows (runs/*/rows.json with status ok){damaged}: "
                                   "run `bench run --out DIR` first")
     return rows
+
+
+def damaged_notes(result_dir: str | Path) -> list[str]:
+    """A line for each run file of `result_dir` that cannot be read as rows (left out, as every command does)."""
+    return [f"{path} is damaged ({why}): that run is left out" for path, why in damage(Path(result_dir))]
 
 
 def configurations(rows: list[dict]) -> list[dict]:
@@ -128,22 +134,24 @@ def eager_ops(conf: dict) -> int | None:
 
 
 def source_setup(conf: dict) -> Setup:
-    """The measured device: its spec sheet (a listed GPU); a CPU or an unlisted GPU by its measured
-    or datasheet peak only (no memory bandwidth figure: its efficiency is against the compute ceiling)."""
-    spec = spec_for_device(conf.get("device_name") or "") if conf.get("device_type") == "cuda" else None
-    gpus = int(conf.get("world_size") or 1)
+    """The measured GPU by its spec sheet. A GPU without one (unlisted, or listed without its memory figures) is
+    refused: what a step's time owes to memory is unknown there, so no efficiency can be carried to another GPU
+    (taken as infinitely fast memory, a memory-bound row came out several times off)."""
+    spec = source_sheet(conf)
+    return Setup(spec, math_class(conf["precision"], spec), int(conf.get("world_size") or 1), 1, conf["batch_size"])
+
+
+def source_sheet(conf: dict) -> Spec:
+    """The spec sheet of the GPU a configuration was measured on, or a one-line ConfigError naming the GPU and the
+    GPUs that have one."""
+    name = str(conf.get("device_name") or "").strip()
+    spec = spec_for_device(name)
     if spec is not None and spec.predictable():
-        return Setup(spec, math_class(conf["precision"], spec), gpus, 1, conf["batch_size"])
-    peak = conf.get("peak_tflops")
-    if not peak:
-        raise ConfigError("from", f"{conf.get('device_name')} has no peak_tflops in its rows (run `bench peak`, "
-                                  "then measure again): nothing to carry the efficiency from")
-    cls = math_class(conf["precision"], Spec("", "", {"fp32": float(peak)}, {}))
-    values = {"fp32": float(peak), cls: float(peak), "memory_gbps": math.inf, "memory_gb": math.inf,
-              "link_gbps": math.inf}
-    sources = {k: f"{conf.get('peak_source') or 'measured peak'}" for k in values}
-    device = Spec(str(conf.get("device_name") or conf.get("device_type")), "", values, sources)
-    return Setup(device, cls, gpus, 1, conf["batch_size"])
+        return spec
+    which = repr(name) if name else "the GPU (its rows name none)"
+    raise ConfigError("from", f"{which} has no spec sheet (memory bandwidth and size, interconnect, peaks) in "
+                              f"bench_core/data/gpu_peaks.csv, so nothing measured on it can be carried to another "
+                              f"GPU; GPUs with one: {', '.join(predictable_names())}")
 
 
 def measured_host_bound(conf: dict) -> str:
@@ -198,8 +206,15 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, term
                 prices: dict[str, Price] | None = None, per_op: bool = True) -> tuple[list[dict], list[str]]:
     """Predicted rows for each configuration of `result_dir` on each GPU, and notes on what was skipped.
     prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with()); per_op: a GPU row with
-    its ops' table is predicted op by op (predict/ops.py), else every row by the whole-step model."""
-    return predict_rows(ok_rows(result_dir), gpus, devices, terms, prices, per_op)
+    its ops' table is predicted op by op (predict/ops.py), else every row by the whole-step model. Where nothing
+    can be predicted because the rows' GPU has no spec sheet, a one-line ConfigError says so."""
+    measured = ok_rows(result_dir)
+    rows, notes = predict_rows(measured, gpus, devices, terms, prices, per_op)
+    if not rows:
+        for conf in configurations(measured):
+            if conf.get("device_type") == "cuda" and not refusal(conf):
+                source_sheet(conf)  # (raises for a GPU without a spec sheet)
+    return rows, damaged_notes(result_dir) + notes
 
 
 def predict_rows(measured_rows: list[dict], gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,

@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from bench_core.errors import ConfigError
 from bench_core.predict.bands import bands
-from bench_core.predict.measured import configurations, ladder_key, ladders, predict_conf
+from bench_core.predict.measured import (configurations, ladder_key, ladders, predict_conf, refusal,
+                                         source_sheet)
 from bench_core.predict.published import summarize
 from bench_core.predict.specs import spec_for_device
 from bench_core.results.disturbed import disturbances
@@ -38,7 +40,8 @@ def machines(result_dir: Path) -> dict[str, list[dict]]:
 def scored(source: list[dict], target: list[dict], source_name: str, target_name: str) -> list[dict]:
     """Each configuration `target` measured that `source` measured too, predicted on the target's GPU from
     the source's rows: the prediction, what the target measured, the error, and whether the measured
-    figure fell inside the prediction's interval (None where it has none)."""
+    figure fell inside the prediction's interval (None where it has none). A source GPU without a spec sheet
+    scores nothing: a one-line ConfigError names it (measured.source_sheet)."""
     measured = {tuple(str(c.get(k)) for k in WORKLOAD): c for c in configurations(target)}
     out, group_bands, confs = [], bands(), configurations(source)
     found_ladders = ladders(confs)
@@ -50,6 +53,8 @@ def scored(source: list[dict], target: list[dict], source_name: str, target_name
         rows, _ = predict_conf(conf, [gpu], int(other.get("world_size") or 1), group_bands=group_bands,
                                ladder=found_ladders.get(ladder_key(conf)))
         if not rows:  # a serving point, an emulated precision: not predicted
+            if not refusal(conf):
+                source_sheet(conf)  # (raises where the reason is the source GPU's missing spec sheet)
             continue
         r, actual = rows[0], other["samples_per_s"]
         out.append({**r, "from_machine": source_name, "to_machine": target_name, "actual": actual,
@@ -65,8 +70,13 @@ def own_pairs(root: Path = RUNS) -> list[dict]:
     found: dict[str, list[dict]] = {}
     for folder in sorted(p for p in Path(root).glob("*") if p.is_dir()) if Path(root).is_dir() else []:
         found.update(machines(folder))
-    return [pair for (a, rows_a), (b, rows_b) in itertools.permutations(found.items(), 2)
-            for pair in scored(rows_a, rows_b, a, b)]
+    pairs = []
+    for (a, rows_a), (b, rows_b) in itertools.permutations(found.items(), 2):
+        try:
+            pairs += scored(rows_a, rows_b, a, b)
+        except ConfigError:  # a kept run on a GPU without a spec sheet: no source of pairs
+            continue
+    return pairs
 
 
 def own_summary(root: Path = RUNS) -> dict | None:

@@ -1,5 +1,5 @@
 """Result rows: the column schema and how a row is made (rows.py), what makes rows one configuration
-(keys.py), and the store of an output folder (store.py).
+(keys.py), the store of an output folder (store.py) and what a row read back from it may hold (row_check.py).
 Beside results.csv, one line per configuration in summary.csv and one per machine in machines.csv (config_summary.py).
 
 This face re-exports what callers use; inside bench_core, import from the module itself.

@@ -10,14 +10,18 @@ Writers take a lock on DIR/.lock, so concurrent writers never interleave or lose
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Iterable
 
 from bench_core.files import atomic_write_text, locked
 from bench_core.results.config_summary import summary_texts
+from bench_core.results.row_check import row_problem
 from bench_core.results.rows import columns
 
 
@@ -42,12 +46,40 @@ def write_run(out_dir: Path, name: str, rows: list[dict]) -> Path:
 
 
 def read_run(run_dir: Path) -> list[dict] | None:
-    """A run's rows, or None when absent or unreadable (an interrupted write)."""
+    """A run's rows, or None when absent or damaged (an interrupted write, an edit: load_run says why)."""
+    return load_run(run_dir)[0]
+
+
+def load_run(run_dir: Path) -> tuple[list[dict] | None, str | None]:
+    """(a run's rows, None), or (None, why they cannot be its rows): not a regular file, not JSON, not a list of
+    rows, or a row that bench did not write as it stands (row_check.row_problem: a text where a number belongs, an ok
+    row without a positive throughput). The one reading of a run file: every command leaves out the same runs."""
+    path = Path(run_dir) / "rows.json"
     try:
-        rows = json.loads((Path(run_dir) / "rows.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return rows if isinstance(rows, list) else None
+        rows = json.loads(regular_file_bytes(path))
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
+    except RecursionError:  # (a list nested thousands deep: json recurses once a level)
+        return None, "nested too deep to be rows"
+    except ValueError as exc:  # (UnicodeDecodeError and json's JSONDecodeError among them)
+        return None, f"not JSON ({str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__})"
+    if not isinstance(rows, list):
+        return None, f"a JSON {type(rows).__name__} where a list of rows belongs"
+    for i, row in enumerate(rows, start=1):
+        problem = row_problem(row)
+        if problem:
+            return None, f"row {i}: {problem}"
+    return rows, None
+
+
+def regular_file_bytes(path: Path) -> bytes:
+    """A regular file's bytes. Anything else in its place (a FIFO, a device) is refused, never waited on: the
+    file is opened without blocking and checked before it is read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read()
 
 
 def iter_rows(out_dir: Path) -> Iterable[dict]:
@@ -86,4 +118,10 @@ def rebuild_csv(out_dir: Path) -> Path:
 def damaged_runs(out_dir: Path) -> list[Path]:
     """Run files that exist but cannot be read as rows (cut off mid-write, edited, corrupted):
     rebuild_csv leaves their runs out, and whoever rebuilds says so."""
-    return [path for path in sorted(Path(out_dir).glob("runs/*/rows.json")) if read_run(path.parent) is None]
+    return [path for path, _ in damage(out_dir)]
+
+
+def damage(out_dir: Path) -> list[tuple[Path, str]]:
+    """Each damaged run file of `out_dir` (damaged_runs) and why it cannot be read as rows (load_run)."""
+    found = ((path, load_run(path.parent)[1]) for path in sorted(Path(out_dir).glob("runs/*/rows.json")))
+    return [(path, why) for path, why in found if why is not None]
