@@ -30,12 +30,14 @@ def real_rows(tmp_path_factory):
 
 
 def folder(path, rows, disturbed_runs=(), scale=1.0):
-    """Three runs of `rows` (run ids of their own, each shifted by SHIFTS); the runs in `disturbed_runs` ran
-    beside another process, as the sampler flags it."""
+    """Three runs of `rows` (run ids of their own, the folder's name in them: two folders never hold the same run,
+    which bench diff refuses as a copy; each shifted by SHIFTS); the runs in `disturbed_runs` ran beside another
+    process, as the sampler flags it."""
     for i, shift in enumerate(SHIFTS):
         flags = "other-processes-on-cpu(0.94 cores)" if i in disturbed_runs else ""
-        run = [dict(r, run_id=f"run-{i}", noise_flags=flags, samples_per_s=r["samples_per_s"] * shift * scale,
-                    throughput=r["samples_per_s"] * shift * scale) for r in rows]
+        run = [dict(r, run_id=f"{path.name}-run-{i}", noise_flags=flags,
+                    samples_per_s=r["samples_per_s"] * shift * scale, throughput=r["samples_per_s"] * shift * scale)
+               for r in rows]
         results.write_run(path, f"run-{i}", json.loads(json.dumps(run)))
     return path
 

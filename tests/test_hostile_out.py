@@ -90,3 +90,18 @@ def test_a_kernel_that_does_not_exist_is_bad_input_before_any_folder(tmp_path, s
     _refused(bench_captured("sweep", str(sweep_file), "--kernel", "no-such-kernel", "--out", str(out)), "sweep",
              "kernel", "'no-such-kernel'", "python3")
     assert not out.exists()
+
+
+def test_a_config_file_value_is_checked_where_a_flag_wins_over_it_and_an_empty_config_is_refused(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("model: resnet18\nrepeats: three\nsteps: 2.7\n")
+    proc = bench_captured("run", *RUN, "--config", str(config), "--out", str(tmp_path / "never"))
+    assert proc.returncode == 2 and "repeats: must be a whole number, got 'three'" in proc.stderr
+    assert "steps: must be a whole number, got 2.7" in proc.stderr and str(config) in proc.stderr
+    _refused(bench_captured("run", *RUN, "--config", ""), "run", "config", "got ''")
+    assert not (tmp_path / "never").exists()
+
+
+def test_two_sweep_files_are_said_as_one_too_many(sweep_file):
+    proc = bench_captured("sweep", "--dry-run", str(sweep_file), str(sweep_file))
+    assert proc.returncode == 2 and "takes one sweep file" in proc.stderr and len(proc.stderr.splitlines()) == 1

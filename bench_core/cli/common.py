@@ -9,13 +9,15 @@ import datetime as dt
 import difflib
 import json
 import os
+import re
 import shutil
 import sys
 import textwrap
 from pathlib import Path
 from typing import Callable
 
-from bench_core.config.schema import MODES, BenchConfig
+from bench_core.config.mistakes import Mistakes
+from bench_core.config.schema import FIELD_CHECKS, MODES, BenchConfig
 from bench_core.results.keys import load_text
 from bench_core.config.sweepfile import SELECTOR_KEYS, SWEEP_KEYS
 from bench_core.config.yamlfile import load_yaml_mapping
@@ -70,6 +72,12 @@ EXAMPLES = """examples:
 class OneLineParser(argparse.ArgumentParser):
     """Bad flags end in one line naming the problem, exit 2 (no usage dump)."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A value such as -5% or -1e3 is a value, not a flag (argparse knows only -5 and -.5 as numbers): so
+        # `--fail-above -5%` reaches its check, which says what is allowed, not "expected one argument".
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?%?$")
+
     def error(self, message: str):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -97,6 +105,8 @@ def unrecognized(parser: argparse.ArgumentParser, unknown: list[str], command: s
     typo meant (--batchsize: --batch-size), or `bench sweep` for a sweep file given to another command."""
     for arg in unknown:
         if sweep_file(arg):
+            if command in ("sweep", "slurm"):  # a second FILE: one sweep a command
+                return f"bench {command} takes one sweep file; {arg} is a second: run it in a command of its own"
             return f"{arg} is a sweep file: run `bench sweep {arg}`"
         if arg.endswith((".yaml", ".yml")) and any(a.dest == "config_file" for a in parser._actions):
             return f"a file of settings goes after --config: `bench {command} --config {arg}`"
@@ -166,14 +176,21 @@ def add_config_arguments(parser: argparse.ArgumentParser, unused: tuple[str, ...
 
 def config_values(args: argparse.Namespace) -> dict:
     """The BenchConfig fields a command line gives: its --config file's, then its flags' (which win)."""
+    if args.config_file is not None and not args.config_file.strip():
+        raise ConfigError("config", "must be a YAML file's path, got ''")
     values = load_yaml_mapping(args.config_file, "config") if args.config_file else {}
     if SWEEP_ONLY_KEYS & set(values):
         how = f"bench {'slurm' if getattr(args, 'command', None) == 'slurm' else 'sweep'} {args.config_file}"
         raise ConfigError("config", f"{args.config_file} is a sweep file (a grid of configurations), not the "
                                     f"settings of one: run `{how}`")
+    found = Mistakes()
     for name in BenchConfig.field_names():
         if getattr(args, name, None) is not None:
+            if name in values and name in FIELD_CHECKS:  # the file's value is wrong even where a flag wins over it
+                with found.kept():
+                    FIELD_CHECKS[name](values[name])
             values[name] = getattr(args, name)
+    found.raise_any(f"the --config file {args.config_file}")
     return values
 
 

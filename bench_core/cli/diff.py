@@ -8,8 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from bench_core import results
+from bench_core.cli.inputs import percentage, refuse_same_folder
 from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
-from bench_core.files import atomic_write_text, check_writable
+from bench_core.files import atomic_write_text, check_writable_file
 from bench_core.results.comparison import MIN_EFFECT, POWER, RUN_SHIFT
 from bench_core.summary.diff import FAIL_ABOVE, diff_results
 from bench_core.summary.diff_rows import KEPT_APART
@@ -17,10 +21,9 @@ from bench_core.summary.diff_rows import KEPT_APART
 
 def fraction(text: str) -> float:
     """'5%' or '0.05' -> 0.05; a fraction in [0, 1) (an argparse type: a bad value is one line, exit 2)."""
-    value = str(text).strip()
     try:
-        number = float(value[:-1]) / 100 if value.endswith("%") else float(value)
-    except ValueError:
+        number = percentage(text)
+    except argparse.ArgumentTypeError:
         number = float("nan")
     if not 0.0 <= number < 1.0:
         raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05 or a percentage such as 5%, "
@@ -53,7 +56,9 @@ other-processes-on-device, throttle, clock-drop or unstable-repeats are left out
 measured under load is judged here (bench compare can: its A and B alternate).
 Configurations in only one directory are listed as added / removed, failed ones with their status.
 Above the table: the environment fields that differ (torch, CUDA, driver, git commit, host,
-CPU/GPU, threads ...). Reads DIR/results.csv and writes nothing unless asked (--html).
+CPU/GPU, threads ...). Reads each DIR's run files (runs/*/rows.json, the record), else its results.csv, and
+writes nothing unless asked (--html). OLD and NEW must differ: the same folder twice, or a copy of it (the same
+runs, by run id, repeat and start time, with the same figures), is bad input, as nothing could move.
 examples:
   bench sweep params/ci-gate.yaml --out outputs/new --no-report     # each configuration in 5 runs
   bench diff outputs/main outputs/new
@@ -79,7 +84,8 @@ def main(args: argparse.Namespace) -> int:
     if html_path is not None:
         if html_path.suffix.lower() not in (".html", ".htm"):
             raise ConfigError("html", f"must be an .html file, got {str(html_path)!r}")
-        check_writable(html_path.parent, "html")
+        check_writable_file(html_path, "html")
+    refuse_same_runs(args.old_dir, args.new_dir)
     result = diff_results(args.old_dir, args.new_dir, fail_above=args.fail_above, min_effect=args.min_effect)
     if result.compared == 0:
         apart = [r.split("run of it: ", 1)[1] for r in result.table["reason"] if f"; {KEPT_APART} " in r]
@@ -105,6 +111,39 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_DISTURBED
     return EXIT_OK
+
+
+def refuse_same_runs(old_dir: str, new_dir: str) -> None:
+    """OLD and NEW holding the same rows is bad input, as nothing could move and a gate passing on them proved
+    nothing: the same folder (under any spelling: ./old/, a link) or a copy of it (`cp -r`: the same runs, as bench
+    history knows a run by its run id, repeat and start time, with the same figures). A folder that is not there
+    or holds no rows is left to diff_results, which names it."""
+    old = recorded_rows(Path(old_dir))
+    if not old:
+        return
+    refuse_same_folder("new_dir", [("OLD", old_dir), ("NEW", new_dir)],
+                       "two result folders measured apart (a gate comparing a folder with itself proves nothing)")
+    if old == recorded_rows(Path(new_dir)):
+        raise ConfigError("new_dir", f"NEW {new_dir!r} holds the same {len(old)} row(s) as OLD {old_dir!r}, run for "
+                                     "run and figure for figure (a copy), so nothing could move; allowed: two result "
+                                     "folders measured apart")
+
+
+def recorded_rows(folder: Path) -> frozenset[str]:
+    """Each row of a folder as its whole record's text, read where bench diff reads the rows: the run files where
+    there are any, else results.csv. Empty for a folder that is not there, a results.csv that is not a regular file
+    (a FIFO would be waited on for ever) or one that cannot be read: diff_results says what is wrong there."""
+    if any(folder.glob("runs/*/rows.json")):
+        rows = results.record_rows(folder)
+    elif (folder / "results.csv").is_file():
+        try:
+            rows = pd.read_csv(folder / "results.csv", dtype=str, keep_default_na=False,
+                               on_bad_lines="skip").to_dict("records")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError):
+            return frozenset()
+    else:
+        return frozenset()
+    return frozenset(json.dumps(row, sort_keys=True, default=str) for row in rows)
 
 
 def count(result, side: str) -> str:

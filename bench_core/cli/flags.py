@@ -16,6 +16,7 @@ from bench_core.cli.common import (
     config_values,
     refuse_flags,
 )
+from bench_core.cli.inputs import percentage
 from bench_core.cli.run_output import exit_status, record_rows, show_rows
 from bench_core.config.schema import DEFAULT_MAX_BATCH
 from bench_core.config.serve import LADDERS
@@ -148,11 +149,13 @@ passes --max-ttft-ms, when a point fails or is over-saturated, when the client i
 tokens/s per user (with the cost per million output tokens where --price-per-hour is given), and the highest
 load meeting the SLO. exit status: 0 the ladder found its top, 1 its first point failed, 2 bad input."""
     p.add_argument("--ladder", choices=LADDERS, default="concurrency",
-                   help="what doubles: concurrent users (closed loop) or the request rate (open loop)")
+                   help="what doubles: concurrent users (closed loop) or the request rate (open loop) "
+                        "(default: concurrency)")
     p.add_argument("--start", type=float, default=1.0, help="the first rung's users or requests/s (default 1)")
     p.add_argument("--max-points", type=int, default=8, help="the most rungs (default 8)")
-    p.add_argument("--min-gain", type=float, default=0.1,
-                   help="stop when a doubling adds less than this fraction of output tokens/s (default 0.1)")
+    p.add_argument("--min-gain", type=percentage, default=0.1,
+                   help="stop when a doubling adds less than this share of output tokens/s; 10%% or 0.1 "
+                        "(default 10%%)")
     p.add_argument("--max-ttft-ms", type=float, default=5000.0, help="stop when p99 TTFT passes this (default 5000)")
     add_config_arguments(p)
     p.add_argument("--out", metavar="DIR", help="append each point's rows to DIR/results.csv and DIR/runs/")

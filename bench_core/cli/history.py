@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from bench_core.cli.diff import fraction
 from bench_core.errors import EXIT_DISTURBED, EXIT_FAILED, EXIT_OK, ConfigError
@@ -63,20 +64,27 @@ def main(args: argparse.Namespace) -> int:
                                              "bench history outputs/nightly/* --new outputs/tonight")
         raise ConfigError("result_dirs", "no history folder given; allowed: result folders written by bench run "
                                          "--out / bench sweep, as in bench history outputs/nightly/*")
+    for folder in args.new or []:  # (read_history would name its own field, result_dirs)
+        if not Path(folder).is_dir():
+            raise ConfigError("new", f"{folder!r} is not a directory; allowed: the result folder of the run to judge, "
+                                     "written by bench run --out / bench sweep")
     new = read_history(args.new) if args.new else None
     excluded = set(new.runs["run_id"]) if new is not None else set()
     history = read_history(args.result_dirs, exclude_runs=excluded)
+    # A refusal is its one line, with what the notes said of the folders in it; the notes are printed only on going on.
+    if history.runs.empty:
+        why = " (every run there is NEW's, left out of the history)" if history.rows and excluded else said(history)
+        raise ConfigError("result_dirs", f"no result rows in {', '.join(args.result_dirs)}{why}; allowed: folders "
+                                         "written by bench run --out / bench sweep")
+    if new is not None and new.runs.empty:
+        raise ConfigError("new", f"no result rows in {', '.join(args.new)}{said(new)}; allowed: the result folder of "
+                                 "a finished run, written by bench run --out / bench sweep")
     for line in history.notes + (new.notes if new is not None else []):
         print(f"bench history: note: {line}", file=sys.stderr)
-    if history.runs.empty:
-        raise ConfigError("result_dirs", f"no result rows in {', '.join(args.result_dirs)}; allowed: folders written "
-                                         "by bench run --out / bench sweep")
     analysis = analyze(history, min_effect=args.min_effect)
     if new is None:
         print(json.dumps(analysis_dict(analysis), indent=1, default=str) if args.json else history_text(analysis))
         return EXIT_OK
-    if new.runs.empty:
-        raise ConfigError("new", f"no result rows in {', '.join(args.new)}")
     gate = judge(analysis, new, fail_above=args.fail_above)
     if args.json:
         print(json.dumps({"history": analysis_dict(analysis), "gate": {
@@ -96,3 +104,8 @@ def main(args: argparse.Namespace) -> int:
         reasons = "; ".join(f"{r.configuration}: {r.verdict} ({r.reason})" for r in gate.table.itertuples())
         raise ConfigError("new", f"nothing in {', '.join(args.new)} could be judged against the history: {reasons}")
     return EXIT_OK
+
+
+def said(history) -> str:
+    """What read_history noted of folders with no rows, for the one line that refuses them."""
+    return f" ({'; '.join(note.rstrip('.') for note in history.notes)})" if history.notes else ""

@@ -12,7 +12,7 @@ from bench_core import results
 from bench_core.cli.common import config_from_args, paint, progress_printer
 from bench_core.devices import check_runnable
 from bench_core.errors import EXIT_FAILED, EXIT_OK, ConfigError
-from bench_core.files import check_writable
+from bench_core.files import check_results_folder
 from bench_core.results.disturbed import disturbed_note
 from bench_core.scenarios.ladder import FAILED, Ladder, check_ladder, climb
 from bench_core.serving.slo import frontier
@@ -28,8 +28,8 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("ladder", "a trace sets its own arrivals: scale them with trace_time_scale, or climb "
                                     "concurrency (the most requests in flight)")
     check_runnable(cfg)
-    if args.out:
-        check_writable(args.out)
+    if args.out is not None:  # an empty --out is refused, not ignored (as bench run's)
+        check_results_folder(args.out)
         os.environ.setdefault("BENCH_SERVING_DIR", str(Path(args.out) / "serving"))
     ladder = climb(cfg, args.ladder, args.start, args.max_points, args.min_gain, args.max_ttft_ms,
                    say=progress_printer(args))

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from bench_core.cli.common import add_price_argument, text_table
+from bench_core.cli.inputs import refuse_same_folder
 from bench_core.errors import EXIT_OK, ConfigError
 from bench_core.predict.bands import band_text, bands
 from bench_core.predict.measured import predict_dir
@@ -187,6 +188,8 @@ def cost_text(row: dict) -> str:
 def against(args: argparse.Namespace) -> int:
     """--against DIR: every configuration measured in both directories, predicted on DIR's GPU from --from's
     rows and scored against what DIR measured (bench_core/predict/own.py, as the kept runs' pairs are)."""
+    refuse_same_folder("against", [("--from", args.from_dir), ("--against", args.against)],
+                       "a folder measured on another GPU (a folder scored against itself is +0.0 % by construction)")
     sources, targets = machines(Path(args.from_dir)), machines(Path(args.against))
     for field_name, found, folder in (("from", sources, args.from_dir), ("against", targets, args.against)):
         if not found:

@@ -19,6 +19,7 @@ their records.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable
@@ -80,33 +81,56 @@ class Ladder:
 def check_ladder(kind: str, start: float, max_points: int, min_gain: float, max_ttft_ms: float) -> None:
     if kind not in LADDERS:
         raise ConfigError("ladder", f"got {kind!r}; allowed: {', '.join(LADDERS)}")
-    if not start > 0 or (kind == "concurrency" and start != int(start)):
-        raise ConfigError("start", f"must be {'a whole number >= 1' if kind == 'concurrency' else '> 0'}, got {start:g}")
+    if not (math.isfinite(start) and start > 0) or (kind == "concurrency" and start != int(start)):
+        allowed = "a whole number >= 1" if kind == "concurrency" else "a finite number > 0"
+        raise ConfigError("start", f"must be {allowed}, got {start:g}")
     if max_points < 2:
         raise ConfigError("max_points", f"must be >= 2 (a ladder compares a point with the one before), got {max_points}")
     if not 0 < min_gain < 10:
-        raise ConfigError("min_gain", f"must be a fraction > 0 (0.1: stop when throughput rises by less than 10 %), "
-                                      f"got {min_gain:g}")
+        raise ConfigError("min_gain", f"must be a fraction > 0 and below 10 (0.1: stop when throughput rises by less "
+                                      f"than 10 %), got {min_gain:g}")
     if not max_ttft_ms > 0:
         raise ConfigError("max_ttft_ms", f"must be > 0 ms, got {max_ttft_ms:g}")
+
+
+def rung_configs(cfg: BenchConfig, kind: str, start: float, max_points: int) -> list[tuple[float, BenchConfig]]:
+    """(load, configuration) of every rung the ladder may climb, each checked as a configuration now: a load it
+    refuses (a rate past the most allowed, more users than allowed) is bad input said before the server starts,
+    naming the ladder's option, not a failure halfway up that loses the rungs measured."""
+    rungs, load = [], float(start)
+    for n in range(max_points):
+        # Every user sends at least two requests: with fewer requests than users, some users would never
+        # send and the rung would not be at its concurrency.
+        changes = {"concurrency": int(load), "steps": max(cfg.steps, 2 * int(load))} if kind == "concurrency" \
+            else {"request_rate": load}
+        try:
+            rungs.append((load, cfg.replace(**changes)))
+        except ConfigError as exc:
+            if n < 2:  # a ladder has at least two points: the first two are --start's
+                raise ConfigError("start", f"point {n + 1} of the ladder, {kind} {load:g}, is refused ({exc}); "
+                                           "allowed: a start whose first two points (it and its double) are "
+                                           "allowed") from None
+            top = start * 2 ** (max_points - 1)
+            raise ConfigError("max_points", f"{max_points} points from {kind} {start:g} climb to {kind} {top:g}, and "
+                                            f"point {n + 1} ({kind} {load:g}) is refused ({exc}); allowed: at most {n} "
+                                            f"points from {kind} {start:g}, or a lower --start") from None
+        load *= 2
+    return rungs
 
 
 def climb(cfg: BenchConfig, kind: str = "concurrency", start: float = 1, max_points: int = 8, min_gain: float = 0.1,
           max_ttft_ms: float = 5000.0, say: Callable[[str], None] | None = None, session=None) -> Ladder:
     """Measure cfg's load doubling from `start` on one server until it saturates (see the module's text)."""
     check_ladder(kind, start, max_points, min_gain, max_ttft_ms)
+    rungs = rung_configs(cfg, kind, start, max_points)  # before the server starts
     say = say or (lambda text: None)
     ladder = Ladder(kind)
     own = session is None
     session = session or open_server(cfg, say)
     try:  # (each rung's measure warms the server up at its own load first)
-        load, best = float(start), None
-        for _ in range(max_points):
-            # Every user sends at least two requests: with fewer requests than users, some users would never
-            # send and the rung would not be at its concurrency.
-            changes = {"concurrency": int(load), "steps": max(cfg.steps, 2 * int(load))} if kind == "concurrency" \
-                else {"request_rate": load}
-            rung = Rung(load, session.measure(cfg.replace(**changes)))
+        best = None
+        for load, rung_cfg in rungs:
+            rung = Rung(load, session.measure(rung_cfg))
             ladder.rungs.append(rung)
             point = rung.point(kind)
             say(f"ladder: {kind} {load:g}: {_point_text(point)}")
@@ -130,7 +154,6 @@ def climb(cfg: BenchConfig, kind: str = "concurrency", start: float = 1, max_poi
                     "must add")
                 break
             best = (load, rate) if best is None or rate > best[1] else best
-            load *= 2
         else:
             ladder.stop, ladder.why = LAST_RUNG, (f"{max_points} points and output tokens/s still rose by at least "
                                                   f"{min_gain:.0%} a doubling: raise --max-points to find the top")

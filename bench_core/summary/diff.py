@@ -253,14 +253,14 @@ def diff_results(old_dir, new_dir, *, fail_above: float = FAIL_ABOVE, min_effect
 
 
 def read_results(result_dir: Path, name: str) -> Results:
-    """One directory's rows, or a one-line ConfigError naming it (results.csv is read, never rebuilt here)."""
+    """One directory's rows, or a one-line ConfigError naming it: its run files (runs/*/rows.json, the record) where
+    it has any, else its results.csv, as the report reads them (load_results); nothing is rebuilt or written here."""
     if not result_dir.is_dir():
         raise ConfigError(name, f"{str(result_dir)!r} is not a directory; allowed: a result directory written by "
                                 "bench run / bench sweep --out")
-    if not (result_dir / "results.csv").is_file():
-        rebuild = " (bench report DIR rebuilds it from the run files)" if any(result_dir.glob("runs/*/rows.json")) else ""
-        raise ConfigError(name, f"{str(result_dir)!r} has no results.csv{rebuild}; allowed: a result directory "
-                                "written by bench run / bench sweep --out")
+    if not (result_dir / "results.csv").is_file() and not any(result_dir.glob("runs/*/rows.json")):
+        raise ConfigError(name, f"{str(result_dir)!r} has no results.csv and no run files (runs/*/rows.json); "
+                                "allowed: a result directory written by bench run / bench sweep --out")
     found = load_results(result_dir)
     if found.rows.empty:
         raise ConfigError(name, f"{str(result_dir)!r} has no result rows: {' '.join(found.notes)}")
