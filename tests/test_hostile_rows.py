@@ -112,7 +112,8 @@ def test_a_folder_whose_only_run_is_damaged_is_one_line_and_exit_2(tmp_path, cap
     old = folder(tmp_path / "old", run_rows("old"))
     new = tmp_path / "new"
     path = damaged(new, HOSTILE[case][0])
-    for args, names_it in ((["diff", str(old), str(new)], False), (["history", str(new)], True),
+    for args, names_it in ((["diff", str(old), str(new)], True), (["history", str(new)], True),
+                           (["report", str(new), "--out", str(tmp_path / "report.html")], True),
                            (["history", str(old), "--new", str(new)], True),
                            (["predict", "--from", str(new), "--gpu", "L4"], True)):
         done = bench_here(capsys, *args)
@@ -120,7 +121,7 @@ def test_a_folder_whose_only_run_is_damaged_is_one_line_and_exit_2(tmp_path, cap
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, (args, done.stderr)
         assert "REGRESSION" not in done.stdout + done.stderr
         if names_it:
-            assert str(path) in done.stderr and HOSTILE[case][1] in done.stderr, (args, done.stderr)
+            assert str(path.relative_to(new)) in done.stderr and HOSTILE[case][1] in done.stderr, (args, done.stderr)
 
 
 def test_a_damaged_run_beside_good_ones_is_named_and_left_out_never_a_regression(tmp_path, capsys):

@@ -54,14 +54,15 @@ def main(args: argparse.Namespace) -> int:
     # would land where it points, an input's results.csv included).
     check_writable_file(out, "out")
     check_writable_file(out.parent / "summary.ipynb", "out")  # build_report's executed notebook, beside the page
-    for d in dirs:  # a report reads its inputs and writes nothing into them (load_results)
-        for path, why in damage(d):
-            print(f"bench report: warning: {path} is damaged ({why}); that run is left out, "
-                  "the other runs are in the report", file=sys.stderr)
-    loaded = load_results(dirs)
+    damaged = [(path, why) for d in dirs for path, why in damage(d)]
+    loaded = load_results(dirs)  # a report reads its inputs and writes nothing into them
     if loaded.rows.empty:  # a report of nothing would say "report written" of an empty page
-        raise ConfigError("result_dirs", f"no result rows to report ({' '.join(loaded.notes)}); allowed: "
-                          "directories where bench sweep / bench run --out has finished at least one run")
+        said = "; ".join(f"{path} is damaged: {why}" for path, why in damaged) or " ".join(loaded.notes)
+        raise ConfigError("result_dirs", f"no result rows to report ({said}); allowed: directories where bench "
+                                         "sweep / bench run --out has finished at least one run")
+    for path, why in damaged:
+        print(f"bench report: warning: {path} is damaged ({why}); that run is left out, "
+              "the other runs are in the report", file=sys.stderr)
     if args.baseline:
         check_baseline(args.baseline, loaded.machines)
     try:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
+from bench_core.results.store import damage
 from bench_core.measure.noise import current_flags
 from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label re-exported
     REQUEST_SHAPE,
@@ -175,10 +176,12 @@ def read_record(result_dir: Path, name: str, notes: list[str]) -> pd.DataFrame |
     if not any(result_dir.glob("runs/*/rows.json")):
         return _read_csv(result_dir / "results.csv", name, notes)
     rows = results.record_rows(result_dir)
-    damaged = len(results.damaged_runs(result_dir))
+    damaged = damage(result_dir)
     if damaged:
-        notes.append(f"{name}: {damaged} run file(s) could not be read as rows (cut off or edited): those runs are "
-                     "left out, the others are here.")
+        which = "; ".join(f"{path.relative_to(result_dir)}: {why}" for path, why in damaged[:3]) + \
+            ("; ..." if len(damaged) > 3 else "")
+        notes.append(f"{name}: {len(damaged)} run file(s) could not be read as rows (cut off or edited: {which}): "
+                     "those runs are left out.")
     listed = _row_ids(result_dir / "results.csv")
     recorded = {(str(r.get("run_id")), str(r.get("repeat"))) for r in rows}
     if listed is not None and listed != recorded:
