@@ -371,7 +371,7 @@ def test_the_kept_h200_rows_are_within_the_bounds_from_cpu_rows_of_the_same_conf
     (model, mode, precision, batch, input) must be at or below it. How far below is the error a CPU
     source carries: docs/prediction.md states it, line by line, as computed here."""
     key = ("model", "mode", "precision", "batch_size", "input_shape")
-    gpu = {tuple(c[k] for k in key): c for c in measured.configurations(measured.ok_rows(H200_RUN))
+    gpu = {tuple(c[k] for k in key): c for c in measured.configurations(measured.ok_rows(H200_RUN)[0])
            if c["mode"] != "serve"}
     bounds, notes = predict_dir(SAME_ON_CPU, [spec("H200-SXM-141GB")])
     assert not notes and len(bounds) >= 2

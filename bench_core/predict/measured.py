@@ -33,24 +33,22 @@ from bench_core.results.bound import host_bound
 from bench_core.results.disturbed import RE_MEASURE, disturbances
 from bench_core.results.keys import key_value, machine_label
 from bench_core.results.rows import WORKLOAD
-from bench_core.results.store import damage, iter_rows
+from bench_core.results.store import read_record
 
 # What a row must carry to be predicted from.
 NEEDED = ("samples_per_s", "flops_per_sample", "bytes_per_sample_flop_ops", "bytes_per_sample_other_ops")
 
 
-def ok_rows(result_dir: str | Path) -> list[dict]:
-    rows = [r for r in iter_rows(Path(result_dir)) if r.get("status") == "ok"]
+def ok_rows(result_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """The ok rows of `result_dir`'s run files, and a line for each run file that cannot be read as rows (left out,
+    as every command leaves it out)."""
+    found, damaged = read_record(Path(result_dir))
+    rows = [r for r in found if r.get("status") == "ok"]
     if not rows:
-        damaged = "".join(f"; {path} is damaged ({why})" for path, why in damage(Path(result_dir)))
-        raise ConfigError("from", f"{result_dir} has no ok rows (runs/*/rows.json with status ok){damaged}: "
+        said = "".join(f"; {path} is damaged ({why})" for path, why in damaged)
+        raise ConfigError("from", f"{result_dir} has no ok rows (runs/*/rows.json with status ok){said}: "
                                   "run `bench run --out DIR` first")
-    return rows
-
-
-def damaged_notes(result_dir: str | Path) -> list[str]:
-    """A line for each run file of `result_dir` that cannot be read as rows (left out, as every command does)."""
-    return [f"{path} is damaged ({why}): that run is left out" for path, why in damage(Path(result_dir))]
+    return rows, [f"{path} is damaged ({why}): that run is left out" for path, why in damaged]
 
 
 def configurations(rows: list[dict]) -> list[dict]:
@@ -208,13 +206,13 @@ def predict_dir(result_dir: str | Path, gpus: list[Spec], devices: int = 1, term
     prices: GPU name -> Price (default: the shipped on-demand prices, prices.prices_with()); per_op: a GPU row with
     its ops' table is predicted op by op (predict/ops.py), else every row by the whole-step model. Where nothing
     can be predicted because the rows' GPU has no spec sheet, a one-line ConfigError says so."""
-    measured = ok_rows(result_dir)
+    measured, damaged = ok_rows(result_dir)
     rows, notes = predict_rows(measured, gpus, devices, terms, prices, per_op)
     if not rows:
         for conf in configurations(measured):
             if conf.get("device_type") == "cuda" and not refusal(conf):
                 source_sheet(conf)  # (raises for a GPU without a spec sheet)
-    return rows, damaged_notes(result_dir) + notes
+    return rows, damaged + notes
 
 
 def predict_rows(measured_rows: list[dict], gpus: list[Spec], devices: int = 1, terms: tuple[str, ...] = TERMS,

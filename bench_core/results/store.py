@@ -89,7 +89,19 @@ def iter_rows(out_dir: Path) -> Iterable[dict]:
 
 def record_rows(out_dir: Path) -> list[dict]:
     """Every row of every readable runs/*/rows.json (the record), in results.csv's order."""
-    return sorted(iter_rows(out_dir), key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0))
+    return read_record(out_dir)[0]
+
+
+def read_record(out_dir: Path) -> tuple[list[dict], list[tuple[Path, str]]]:
+    """The record of `out_dir`, each run file read once: every readable row in results.csv's order, and each damaged
+    run file with why it cannot be read as rows (load_run)."""
+    rows, damaged = [], []
+    for path in sorted(Path(out_dir).glob("runs/*/rows.json")):
+        found, why = load_run(path.parent)
+        rows += found or []
+        if why is not None:
+            damaged.append((path, why))
+    return sorted(rows, key=lambda r: (str(r.get("timestamp")), r.get("repeat") or 0)), damaged
 
 
 def csv_text(rows: list[dict]) -> str:
@@ -123,5 +135,4 @@ def damaged_runs(out_dir: Path) -> list[Path]:
 
 def damage(out_dir: Path) -> list[tuple[Path, str]]:
     """Each damaged run file of `out_dir` (damaged_runs) and why it cannot be read as rows (load_run)."""
-    found = ((path, load_run(path.parent)[1]) for path in sorted(Path(out_dir).glob("runs/*/rows.json")))
-    return [(path, why) for path, why in found if why is not None]
+    return read_record(out_dir)[1]

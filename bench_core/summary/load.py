@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bench_core import results
-from bench_core.results.store import damage
+from bench_core.results import store
 from bench_core.measure.noise import current_flags
 from bench_core.results.keys import (  # noqa: F401 - WORKLOAD and machine_label re-exported
     REQUEST_SHAPE,
@@ -175,8 +175,7 @@ def read_record(result_dir: Path, name: str, notes: list[str]) -> pd.DataFrame |
     written under another schema version is read as it is (load_results says which columns it lacks)."""
     if not any(result_dir.glob("runs/*/rows.json")):
         return _read_csv(result_dir / "results.csv", name, notes)
-    rows = results.record_rows(result_dir)
-    damaged = damage(result_dir)
+    rows, damaged = store.read_record(result_dir)
     if damaged:
         which = "; ".join(f"{path.relative_to(result_dir)}: {why}" for path, why in damaged[:3]) + \
             ("; ..." if len(damaged) > 3 else "")

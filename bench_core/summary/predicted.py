@@ -36,7 +36,7 @@ def predicted_table(res: Results, gpus=None, prices=None) -> tuple[pd.DataFrame,
     names = res.names or [Path(d).name for d in res.dirs]
     for directory, name in zip(res.dirs, names):
         try:  # a folder is named, never its local path (the report is shared)
-            rows += [{**r, "result_dir": name} for r in ok_rows(directory)]
+            rows += [{**r, "result_dir": name} for r in ok_rows(directory)[0]]
         except ConfigError as exc:
             notes.append(str(exc).replace(str(directory), name))
     found, skipped = predict_rows(rows, specs, prices=priced) if rows else ([], [])

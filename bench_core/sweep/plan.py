@@ -8,8 +8,8 @@ says `executions: device`, once per device for all its models.
 from __future__ import annotations
 
 import dataclasses
-import json
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field
